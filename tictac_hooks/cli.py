@@ -1,0 +1,40 @@
+"""The `tictac` command line. Each part of the package contributes its subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+# Modules with a `register(subparsers)` function; each adds its subcommands, whose
+# handlers are stored as `func` and return an exit code.
+COMMAND_MODULES = (
+    "tictac_hooks.graph.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tictac",
+        description="TicTac communication scheduling for TensorFlow parameter-server training.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, OSError, ConnectionError) as e:
+        # Our errors are ValueError subclasses that say what was wrong and what to do.
+        print(f"tictac {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,253 @@
+"""The DAG of one worker's iteration: compute ops and recv ops (paper section 3).
+
+A recv op is the transfer of one parameter tensor from a parameter server to this
+worker; recvs are the roots of the worker's partition graph. Every other op is a compute
+op, run on the worker's one compute resource. A recv is carried by the channel of its PS
+task (one channel per (worker, PS) pair).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+RECV = "recv"
+COMPUTE = "compute"
+DEFAULT_CHANNEL = "ps:0"
+
+
+class GraphError(ValueError):
+    """A graph that cannot be scheduled: malformed input, unknown names, cycles."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """One node of the iteration DAG.
+
+    Attributes:
+      name: unique name. For a recv, the name the transfer is known by at the PS (the
+        sending node's name, e.g. ``model/dense/MatMul/ReadVariableOp``).
+      kind: ``"recv"`` or ``"compute"``.
+      inputs: names of the ops this op depends on (data and control edges alike).
+      time: seconds with the resource to itself (the time oracle), or None if unknown.
+      channel: for a recv, the PS task carrying it (e.g. ``"ps:0"``).
+      bytes: size of the transferred tensor, where known.
+    """
+
+    name: str
+    kind: str
+    inputs: tuple[str, ...] = ()
+    time: float | None = None
+    channel: str | None = None
+    bytes: int | None = None
+
+    @property
+    def is_recv(self) -> bool:
+        return self.kind == RECV
+
+
+class Graph:
+    """A validated, topologically ordered iteration DAG.
+
+    Construction checks everything a scheduler relies on and raises :class:`GraphError`
+    naming the offending op: duplicate names, unknown kinds or inputs, recvs with
+    inputs, negative or non-finite times, cycles.
+    """
+
+    def __init__(self, ops: Iterable[Op]):
+        by_name: dict[str, Op] = {}
+        for op in ops:
+            if not isinstance(op.name, str) or not op.name:
+                raise GraphError(f"op name must be a non-empty string, got {op.name!r}")
+            if op.name in by_name:
+                raise GraphError(f"duplicate op name {op.name!r}")
+            if op.kind not in (RECV, COMPUTE):
+                raise GraphError(
+                    f"op {op.name!r}: kind must be 'recv' or 'compute', got {op.kind!r}")
+            if op.time is not None and (not math.isfinite(op.time) or op.time < 0):
+                raise GraphError(
+                    f"op {op.name!r}: time must be a finite number >= 0 seconds, "
+                    f"got {op.time!r}")
+            if op.bytes is not None and op.bytes < 0:
+                raise GraphError(f"op {op.name!r}: bytes must be >= 0, got {op.bytes!r}")
+            if op.kind == RECV:
+                if op.inputs:
+                    raise GraphError(
+                        f"recv op {op.name!r} has inputs {list(op.inputs)[:3]}: recvs are "
+                        "transfers from a PS and must be roots of the worker graph")
+                if op.channel is None:
+                    op = dataclasses.replace(op, channel=DEFAULT_CHANNEL)
+            by_name[op.name] = op
+        for op in by_name.values():
+            for name in op.inputs:
+                if name not in by_name:
+                    raise GraphError(f"op {op.name!r} has unknown input {name!r}")
+        self._ops: list[Op] = _topological(by_name)
+        self._index = {op.name: i for i, op in enumerate(self._ops)}
+        self._recvs = [op for op in self._ops if op.kind == RECV]
+
+    # --- access -------------------------------------------------------------------
+    @property
+    def ops(self) -> Sequence[Op]:
+        """All ops, in a topological order (stable with respect to the input order)."""
+        return self._ops
+
+    @property
+    def recvs(self) -> Sequence[Op]:
+        return self._recvs
+
+    @property
+    def compute_ops(self) -> list[Op]:
+        return [op for op in self._ops if op.kind == COMPUTE]
+
+    @property
+    def channels(self) -> list[str]:
+        return sorted({op.channel for op in self._recvs})
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._index
+
+    def __getitem__(self, name: str) -> Op:
+        return self._ops[self._index[name]]
+
+    def index(self, name: str) -> int:
+        return self._index[name]
+
+    def has_times(self) -> bool:
+        return all(op.time is not None for op in self._ops)
+
+    def with_times(self, times: Mapping[str, float], default: float | None = None) -> "Graph":
+        """A copy whose op times come from ``times`` (missing: ``default``, or kept)."""
+        ops = []
+        for op in self._ops:
+            t = times.get(op.name, op.time if default is None else default)
+            ops.append(dataclasses.replace(op, time=None if t is None else float(t)))
+        return Graph(ops)
+
+    def summary(self) -> dict[str, Any]:
+        n_bytes = [op.bytes for op in self._recvs if op.bytes is not None]
+        return {
+            "ops": len(self._ops),
+            "recvs": len(self._recvs),
+            "compute_ops": len(self._ops) - len(self._recvs),
+            "channels": self.channels,
+            "param_bytes": sum(n_bytes) if n_bytes else None,
+        }
+
+    # --- JSON interchange -----------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        out = []
+        for op in self._ops:
+            d: dict[str, Any] = {"name": op.name, "kind": op.kind, "inputs": list(op.inputs)}
+            if op.time is not None:
+                d["time"] = op.time
+            if op.kind == RECV:
+                d["channel"] = op.channel
+            if op.bytes is not None:
+                d["bytes"] = op.bytes
+            out.append(d)
+        return {"ops": out}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "graph") -> "Graph":
+        """Builds a graph from the interchange format (see README, "Graph JSON")."""
+        if not isinstance(data, dict) or "ops" not in data:
+            raise GraphError(f"{source}: expected an object with an 'ops' list")
+        if not isinstance(data["ops"], list):
+            raise GraphError(f"{source}: 'ops' must be a list")
+        ops = []
+        for i, d in enumerate(data["ops"]):
+            where = f"{source}: ops[{i}]"
+            if not isinstance(d, dict):
+                raise GraphError(f"{where}: expected an object, got {type(d).__name__}")
+            unknown = set(d) - {"name", "kind", "time", "inputs", "channel", "bytes"}
+            if unknown:
+                raise GraphError(f"{where} ({d.get('name')!r}): unknown field(s) {sorted(unknown)}")
+            if "name" not in d:
+                raise GraphError(f"{where}: missing field 'name'")
+            name = d["name"]
+            kind = d.get("kind", COMPUTE)
+            inputs = d.get("inputs", [])
+            if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
+                raise GraphError(f"{where} ({name!r}): 'inputs' must be a list of op names")
+            time = d.get("time")
+            if time is not None and (isinstance(time, bool) or not isinstance(time, (int, float))):
+                raise GraphError(f"{where} ({name!r}): 'time' must be a number of seconds, got {time!r}")
+            channel = d.get("channel")
+            if channel is not None and not isinstance(channel, str):
+                raise GraphError(f"{where} ({name!r}): 'channel' must be a string, got {channel!r}")
+            if channel is not None and kind != RECV:
+                raise GraphError(f"{where} ({name!r}): only recv ops have a 'channel'")
+            nbytes = d.get("bytes")
+            if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int)):
+                raise GraphError(f"{where} ({name!r}): 'bytes' must be an integer, got {nbytes!r}")
+            ops.append(Op(name=name, kind=kind, inputs=tuple(inputs),
+                          time=None if time is None else float(time),
+                          channel=channel, bytes=nbytes))
+        return cls(ops)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Graph":
+        return cls.from_json(_load_json(path), source=str(path))
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f)
+
+
+def _load_json(path: str | os.PathLike) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise GraphError(f"{path}: no such file") from None
+    except json.JSONDecodeError as e:
+        raise GraphError(f"{path}: not valid JSON: {e}") from None
+
+
+def _topological(by_name: dict[str, Op]) -> list[Op]:
+    """Kahn's algorithm, visiting ready ops in input order; raises on cycles."""
+    position = {name: i for i, name in enumerate(by_name)}
+    indegree = {name: len(set(op.inputs)) for name, op in by_name.items()}
+    consumers: dict[str, list[str]] = {name: [] for name in by_name}
+    for op in by_name.values():
+        for name in set(op.inputs):
+            consumers[name].append(op.name)
+    import heapq
+    ready = [position[n] for n, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    names = list(by_name)
+    out: list[Op] = []
+    while ready:
+        name = names[heapq.heappop(ready)]
+        out.append(by_name[name])
+        for c in consumers[name]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(ready, position[c])
+    if len(out) != len(by_name):
+        stuck = [n for n, d in indegree.items() if d > 0]
+        cycle = _find_cycle(by_name, set(stuck))
+        raise GraphError(f"graph has a cycle: {' -> '.join(cycle)}")
+    return out
+
+
+def _find_cycle(by_name: dict[str, Op], candidates: set[str]) -> list[str]:
+    """One cycle among ``candidates`` (ops left with unresolved inputs), for the error."""
+    start = min(candidates, key=list(by_name).index)
+    path, seen = [start], {start: 0}
+    node = start
+    while True:
+        nxt = next(i for i in by_name[node].inputs if i in candidates)
+        if nxt in seen:
+            cyc = path[seen[nxt]:] + [nxt]
+            return list(reversed(cyc))[:12]
+        seen[nxt] = len(path)
+        path.append(nxt)
+        node = nxt

@@ -1,0 +1,146 @@
+"""A transfer schedule: the recv order an algorithm computed, as priorities.
+
+Priorities are integers in [0, n): a transfer's number is how many transfers must be
+handed to the transport before it (paper section 5). Ties are allowed (TIC gives a tie
+group the rank of its first member), so a schedule is an ``order`` (every named
+transfer, first first) plus the ``priority`` of each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping, Sequence
+
+from tictac_hooks.graph.dag import Graph, GraphError
+
+
+class ScheduleError(ValueError):
+    """A malformed schedule, or one that does not fit the graph it is applied to."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """Attributes:
+      algorithm: what produced it ("tic", "tac", "random", "layer", "file", ...).
+      order: transfer names, first first.
+      priority: transfer name -> priority (non-decreasing along ``order``).
+    """
+
+    algorithm: str
+    order: tuple[str, ...]
+    priority: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        if len(set(self.order)) != len(self.order):
+            dup = next(n for n in self.order if self.order.count(n) > 1)
+            raise ScheduleError(f"schedule names transfer {dup!r} more than once")
+        if set(self.order) != set(self.priority):
+            missing = sorted(set(self.order) ^ set(self.priority))[:3]
+            raise ScheduleError(
+                f"'order' and 'priority' name different transfers, e.g. {missing}")
+        n = len(self.order)
+        last = -1
+        for name in self.order:
+            p = self.priority[name]
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < max(n, 1):
+                raise ScheduleError(
+                    f"priority of {name!r} must be an integer in [0, {n}), got {p!r}")
+            if p < last:
+                raise ScheduleError(
+                    f"'order' is not sorted by priority at {name!r} ({p} after {last})")
+            last = p
+
+    @classmethod
+    def from_order(cls, algorithm: str, order: Sequence[str],
+                   priority: Mapping[str, int] | None = None) -> "Schedule":
+        """Sequential priorities 0..n-1 unless ``priority`` is given."""
+        if priority is None:
+            priority = {name: i for i, name in enumerate(order)}
+        return cls(algorithm, tuple(order), dict(priority))
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def check_fits(self, graph: Graph) -> None:
+        """Raises ScheduleError unless every scheduled transfer is a recv of ``graph``."""
+        recv_names = {op.name for op in graph.recvs}
+        extra = [n for n in self.order if n not in recv_names]
+        if extra:
+            hint = ""
+            if extra[0] in graph:
+                hint = " (it is a compute op, not a recv)"
+            raise ScheduleError(
+                f"schedule does not fit the graph: {len(extra)} of {len(self.order)} "
+                f"scheduled transfers are not recvs of the graph, e.g. {extra[0]!r}{hint}; "
+                "was the schedule computed for another model or graph?")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "order": list(self.order),
+                "priority": dict(self.priority)}
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "schedule") -> "Schedule":
+        if not isinstance(data, dict):
+            raise ScheduleError(f"{source}: expected a JSON object with 'order'")
+        if "order" not in data:
+            raise ScheduleError(f"{source}: missing field 'order'")
+        order = data["order"]
+        if not isinstance(order, list) or not all(isinstance(x, str) for x in order):
+            raise ScheduleError(f"{source}: 'order' must be a list of transfer names")
+        priority = data.get("priority")
+        if priority is not None and not isinstance(priority, dict):
+            raise ScheduleError(f"{source}: 'priority' must be an object name -> integer")
+        algorithm = data.get("algorithm", "file")
+        if not isinstance(algorithm, str):
+            raise ScheduleError(f"{source}: 'algorithm' must be a string")
+        try:
+            return cls.from_order(algorithm, order, priority)
+        except ScheduleError as e:
+            raise ScheduleError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_tsv(cls, text: str, source: str = "schedule") -> "Schedule":
+        """Reads the public TicTac code's priority file: ``name<TAB>priority`` lines."""
+        pairs = []
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 2:
+                raise ScheduleError(
+                    f"{source}:{lineno}: expected 'name<TAB>priority', got {line!r}")
+            try:
+                pairs.append((parts[0].strip(), int(parts[1])))
+            except ValueError:
+                raise ScheduleError(
+                    f"{source}:{lineno}: priority must be an integer, got {parts[1]!r}") from None
+        pairs.sort(key=lambda p: p[1])
+        try:
+            return cls.from_order("file", [n for n, _ in pairs], dict(pairs))
+        except ScheduleError as e:
+            raise ScheduleError(f"{source}: {e}") from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Schedule":
+        """Reads a schedule file: the JSON order format, or ``name<TAB>priority`` lines."""
+        try:
+            with open(path) as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise ScheduleError(f"{path}: no such schedule file") from None
+        if text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ScheduleError(f"{path}: not valid JSON: {e}") from None
+            return cls.from_json(data, source=str(path))
+        return cls.from_tsv(text, source=str(path))
+
+    def save(self, path: str | os.PathLike) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f, indent=1)
+
+
+__all__ = ["Schedule", "ScheduleError", "GraphError"]
