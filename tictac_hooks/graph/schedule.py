@@ -63,6 +63,31 @@ class Schedule:
     def __len__(self) -> int:
         return len(self.order)
 
+    def restricted(self, names: "set[str] | Sequence[str]") -> "Schedule":
+        """The schedule of the transfers in ``names`` alone, priorities re-ranked.
+
+        Each PS counts only its own hand-backs (one counter per step and destination),
+        so a PS must get the priorities of its transfers renumbered from 0; ties stay
+        ties, and a tie group keeps the rank of its first member.
+        """
+        keep = set(names)
+        order = [n for n in self.order if n in keep]
+        priority: dict[str, int] = {}
+        for rank, name in enumerate(order):
+            if rank and self.priority[name] == self.priority[order[rank - 1]]:
+                priority[name] = priority[order[rank - 1]]
+            else:
+                priority[name] = rank
+        return Schedule(self.algorithm, tuple(order), priority)
+
+    def per_channel(self, graph: Graph) -> "dict[str, Schedule]":
+        """channel (PS task) -> the restricted schedule that PS enforces."""
+        self.check_fits(graph)
+        channels: dict[str, list[str]] = {}
+        for op in graph.recvs:
+            channels.setdefault(op.channel, []).append(op.name)  # type: ignore[arg-type]
+        return {ch: self.restricted(names) for ch, names in sorted(channels.items())}
+
     def check_fits(self, graph: Graph) -> None:
         """Raises ScheduleError unless every scheduled transfer is a recv of ``graph``."""
         recv_names = {op.name for op in graph.recvs}

@@ -1,0 +1,106 @@
+"""Graph and schedule files: validation, clear errors, round trips, the public format."""
+
+import json
+
+import pytest
+
+from graph_builders import random_dag
+from tictac_hooks.graph import Graph, GraphError, Op, Schedule, ScheduleError
+from tictac_hooks.graph.algorithms import tic
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text if isinstance(text, str) else json.dumps(text))
+    return p
+
+
+def test_graph_json_round_trip(tmp_path):
+    g = random_dag(3, n_recvs=6, n_compute=10, channels=2)
+    p = tmp_path / "g.json"
+    g.save(p)
+    h = Graph.load(p)
+    assert [(o.name, o.kind, o.inputs, o.time, o.channel) for o in h.ops] == \
+           [(o.name, o.kind, o.inputs, o.time, o.channel) for o in g.ops]
+
+
+def test_topological_order_and_default_channel():
+    g = Graph.from_json({"ops": [
+        {"name": "b", "kind": "compute", "inputs": ["a", "w"]},
+        {"name": "a", "kind": "compute", "inputs": ["w"]},
+        {"name": "w", "kind": "recv", "bytes": 40}]})
+    assert [o.name for o in g.ops] == ["w", "a", "b"]
+    assert g["w"].channel == "ps:0" and g.summary()["param_bytes"] == 40
+
+
+@pytest.mark.parametrize("data,message", [
+    ({"ops": [{"name": "a", "kind": "compute", "inputs": ["nope"]}]},
+     "op 'a' has unknown input 'nope'"),
+    ({"ops": [{"name": "a", "kind": "compute", "inputs": ["b"]},
+              {"name": "b", "kind": "compute", "inputs": ["a"]}]},
+     "cycle: .*a.*b"),
+    ({"ops": [{"name": "x", "kind": "compute"},
+              {"name": "w", "kind": "recv", "inputs": ["x"]}]},
+     "recv op 'w' has inputs"),
+    ({"ops": [{"name": "a", "kind": "compute", "time": -1}]},
+     "op 'a': time must be a finite number >= 0"),
+    ({"ops": [{"name": "a", "kind": "send"}]}, "kind must be 'recv' or 'compute'"),
+    ({"ops": [{"name": "a"}, {"name": "a"}]}, "duplicate op name 'a'"),
+    ({"ops": [{"name": "a", "kind": "compute", "time": "fast"}]}, r"ops\[0\] \('a'\): 'time' must be a number"),
+    ({"ops": [{"name": "a", "tiem": 1}]}, r"unknown field\(s\) \['tiem'\]"),
+    ({"nodes": []}, "expected an object with an 'ops' list"),
+    ({"ops": [{"kind": "recv"}]}, "missing field 'name'"),
+])
+def test_bad_graphs_name_the_op_or_field(data, message):
+    with pytest.raises(GraphError, match=message):
+        Graph.from_json(data)
+
+
+def test_malformed_graph_file(tmp_path):
+    with pytest.raises(GraphError, match="not valid JSON"):
+        Graph.load(write(tmp_path, "g.json", "{ops: ["))
+    with pytest.raises(GraphError, match="no such file"):
+        Graph.load(tmp_path / "missing.json")
+
+
+def test_schedule_json_and_public_tsv(tmp_path):
+    g = random_dag(2, n_recvs=8, n_compute=12)
+    s = tic(g)
+    p = tmp_path / "o.json"
+    s.save(p)
+    assert Schedule.load(p) == s
+    tsv = "".join(f"{n}\t{s.priority[n]}\n" for n in reversed(s.order))
+    t = Schedule.load(write(tmp_path, "o.txt", tsv))
+    assert dict(t.priority) == dict(s.priority)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('{"order": ["a", "a"]}', "'a' more than once"),
+    ('{"order": ["a", "b"], "priority": {"a": 0, "b": 5}}', r"integer in \[0, 2\)"),
+    ('{"order": ["a", "b"], "priority": {"a": 1, "b": 0}}', "not sorted by priority"),
+    ('{"order": ["a"], "priority": {"b": 0}}', "name different transfers"),
+    ('{"priority": {}}', "missing field 'order'"),
+    ('{"order": "a"}', "'order' must be a list"),
+    ('{"order": [', "not valid JSON"),
+    ("a\t0\nb 1\n", r":2: expected 'name<TAB>priority'"),
+    ("a\tfirst\n", "priority must be an integer"),
+])
+def test_malformed_schedule_files(tmp_path, text, message):
+    with pytest.raises(ScheduleError, match=message):
+        Schedule.load(write(tmp_path, "s", text))
+
+
+def test_schedule_that_does_not_fit_the_graph():
+    g = Graph([Op("w", "recv"), Op("c", "compute", ("w",))])
+    with pytest.raises(ScheduleError, match="not recvs of the graph, e.g. 'c' .*compute op"):
+        Schedule.from_order("x", ["w", "c"]).check_fits(g)
+
+
+def test_per_channel_reranks_each_ps_from_zero():
+    g = Graph([Op("a", "recv", channel="ps:0"), Op("b", "recv", channel="ps:1"),
+               Op("c", "recv", channel="ps:0"), Op("d", "recv", channel="ps:1"),
+               Op("x", "compute", ("a", "b", "c", "d"))])
+    s = Schedule.from_order("tic", ["a", "b", "c", "d"], {"a": 0, "b": 0, "c": 2, "d": 3})
+    per = s.per_channel(g)
+    assert dict(per["ps:0"].priority) == {"a": 0, "c": 1}
+    assert dict(per["ps:1"].priority) == {"b": 0, "d": 1}

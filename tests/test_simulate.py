@@ -1,0 +1,56 @@
+"""The makespan simulator and bounds on hand-computed cases."""
+
+import math
+
+import pytest
+
+from graph_builders import random_dag
+from tictac_hooks.graph import Graph, GraphError, Op, Schedule
+from tictac_hooks.graph.algorithms import compute_order
+from tictac_hooks.graph.simulate import bounds, channel_sequences, simulate
+
+
+def test_two_channels_run_in_parallel():
+    g = Graph([Op("a", "recv", channel="ps:0", time=2.0), Op("b", "recv", channel="ps:1", time=3.0),
+               Op("c", "recv", channel="ps:0", time=1.0),
+               Op("x", "compute", ("a", "b"), time=1.0), Op("y", "compute", ("x", "c"), time=2.0)])
+    r = simulate(g, Schedule.from_order("x", ["a", "b", "c"]))
+    # ps:0 sends a [0,2], c [2,3]; ps:1 sends b [0,3]; x [3,4]; y [4,6].
+    assert r.recv_finish == {"a": 2.0, "b": 3.0, "c": 3.0}
+    assert r.makespan == 6.0
+    b = bounds(g)
+    assert (b.upper, b.lower) == (9.0, 3.0)
+    assert b.speedup == pytest.approx(2.0)
+    assert r.efficiency == pytest.approx(0.5)
+
+
+def test_compute_is_one_resource_first_come_first_served():
+    g = Graph([Op("a", "recv", time=1.0), Op("b", "recv", time=1.0),
+               Op("x", "compute", ("a",), time=5.0), Op("y", "compute", ("b",), time=1.0)])
+    r = simulate(g, Schedule.from_order("s", ["a", "b"]))
+    # x [1,6] holds the resource; y, ready at 2, runs [6,7].
+    assert r.makespan == 7.0
+
+
+def test_unlisted_transfers_go_first_in_random_order():
+    g = Graph([Op(n, "recv", time=1.0) for n in "abcd"] + [Op("x", "compute", tuple("abcd"), time=0.0)])
+    s = Schedule.from_order("s", ["c", "a"])
+    seq = channel_sequences(g, s, seed=0)["ps:0"]
+    names = [g.ops[i].name for i in seq]
+    assert set(names[:2]) == {"b", "d"} and names[2:] == ["c", "a"]
+
+
+def test_efficiency_is_between_zero_and_one_and_nan_when_nothing_to_gain():
+    for seed in range(30):
+        g = random_dag(seed, n_recvs=8, n_compute=20, channels=2)
+        for alg in ("tic", "tac", "random", "layer"):
+            e = simulate(g, None if alg == "random" else compute_order(g, alg), seed=seed).efficiency
+            assert 0.0 <= e <= 1.0 + 1e-12
+    g = Graph([Op("a", "recv", time=1.0)])
+    assert math.isnan(simulate(g).efficiency)
+    assert simulate(g).to_json()["efficiency"] is None
+
+
+def test_simulator_needs_times():
+    with pytest.raises(GraphError, match="no time"):
+        simulate(random_dag(0, timed=False))

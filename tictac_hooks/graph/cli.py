@@ -1,0 +1,120 @@
+"""`tictac order`, `tictac simulate` and `tictac analyze`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from tictac_hooks.graph.algorithms import compute_order
+from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.simulate import simulate
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "order", help="compute a transfer order for a graph JSON",
+        description="Compute the recv order of a worker graph (Graph JSON, see README) and "
+                    "print it as order JSON: {algorithm, order, priority}.")
+    p.add_argument("graph", metavar="GRAPH.json", help="the worker's iteration DAG")
+    p.add_argument("--algorithm", choices=("tic", "tac", "layer"), default="tic",
+                   help="tic (default; needs no times), tac (needs a time for every op), "
+                        "layer (first-use order, for comparison)")
+    p.add_argument("--output", "-o", metavar="ORDER.json", help="write here instead of stdout")
+    p.set_defaults(func=_order)
+
+    p = sub.add_parser(
+        "simulate", help="simulate one iteration under an order",
+        description="Simulate one iteration (one compute resource, one channel per PS) and "
+                    "print {makespan, upper, lower, efficiency, speedup} as JSON.")
+    p.add_argument("graph", metavar="GRAPH.json", help="the worker's DAG, with a time for every op")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--order", metavar="ORDER.json",
+                     help="an order file (JSON, or name<TAB>priority lines)")
+    how.add_argument("--algorithm", choices=("tic", "tac", "random", "layer"),
+                     help="compute the order first; random = TensorFlow's default (no schedule)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed for random orders and tie-breaking (default 0)")
+    p.set_defaults(func=_simulate)
+
+    p = sub.add_parser(
+        "analyze", help="analyze a Keras application model: bounds, E and gains of TIC/TAC",
+        description="Build a Keras application model (random weights, nothing downloaded), "
+                    "extract its worker DAG, measure compute on this CPU, derive transfer "
+                    "times from bytes / bandwidth, and print U, L, S and the makespan and "
+                    "efficiency E of random order, TIC and TAC.")
+    p.add_argument("--model", required=True, help="keras.applications name, e.g. ResNet50")
+    p.add_argument("--training", action="store_true",
+                   help="analyze a training step (forward, backward, update); default inference")
+    p.add_argument("--batch-size", type=int, default=8, help="batch size (default 8)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="input height/width (default: small, the model's minimum or 64)")
+    p.add_argument("--bandwidth", default="1Gbit",
+                   help="link rate for transfer times, e.g. 1Gbit, 100Mbit, 10Gbit, 125MB "
+                        "(default 1Gbit)")
+    p.add_argument("--ps", type=int, default=1,
+                   help="number of PS tasks; variables are spread round-robin (default 1)")
+    p.add_argument("--seeds", type=int, default=10,
+                   help="random orders to simulate for the baseline (default 10)")
+    p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
+    p.add_argument("--save-graph", metavar="GRAPH.json", help="write the timed DAG as graph JSON")
+    p.set_defaults(func=_analyze)
+
+
+def _order(args: argparse.Namespace) -> int:
+    graph = Graph.load(args.graph)
+    schedule = compute_order(graph, args.algorithm)
+    text = json.dumps(schedule.to_json(), indent=1)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    graph = Graph.load(args.graph)
+    if args.order:
+        schedule: Schedule | None = Schedule.load(args.order)
+    elif args.algorithm == "random":
+        schedule = None
+    else:
+        schedule = compute_order(graph, args.algorithm, seed=args.seed)
+    print(json.dumps(simulate(graph, schedule, seed=args.seed).to_json(), indent=1))
+    return 0
+
+
+def parse_rate(text: str) -> float:
+    """'1Gbit' -> bytes per second. Units: bit, Kbit, Mbit, Gbit (or bps forms), B, KB, MB, GB (SI)."""
+    units = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8,
+             "b": 1.0, "kb": 1e3, "mb": 1e6, "gb": 1e9}
+    s = text.strip().lower().removesuffix("/s")
+    if s.endswith("bps"):  # 10Gbps, 100mbps: bits per second
+        s = s[:-3] + "bit"
+    for unit in sorted(units, key=len, reverse=True):
+        if s.endswith(unit):
+            number = s[: -len(unit)].strip()
+            try:
+                value = float(number) * units[unit]
+            except ValueError:
+                break
+            if value > 0 and math.isfinite(value):
+                return value
+            break
+    raise ValueError(f"bad rate {text!r}: expected e.g. 1Gbit, 100Mbit, 125MB")
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from tictac_hooks.graph.report import analyze_report  # imports TensorFlow
+    report = analyze_report(model=args.model, training=args.training,
+                            batch_size=args.batch_size, image_size=args.image_size,
+                            bandwidth=parse_rate(args.bandwidth), num_ps=args.ps,
+                            seeds=args.seeds, save_graph=args.save_graph)
+    print(report.table())
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(), f, indent=1)
+    return 0

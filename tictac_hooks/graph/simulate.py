@@ -1,0 +1,144 @@
+"""Bounds, efficiency and a discrete-event makespan simulator (paper section 3).
+
+Resources: one compute resource for the worker; one channel per (worker, PS) pair,
+carrying one transfer at a time. Recvs are ready at the start of the iteration (the PS
+activates every send at once), so each channel sends its transfers back to back:
+unlisted transfers first, in random order (they pass the rendezvous straight through),
+then the scheduled ones by priority, ties in random order. A compute op starts when
+its inputs are done and the compute resource is free; ready ops run first-come,
+first-served (ties by graph order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+
+import numpy as np
+
+from tictac_hooks.graph.dag import RECV, Graph, GraphError
+from tictac_hooks.graph.schedule import Schedule
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """U, L and S of one iteration (paper section 3.2)."""
+
+    upper: float    # U: sum of Time(op) over all ops (nothing overlaps)
+    lower: float    # L: max over resources of the time on that resource
+    speedup: float  # S = (U - L) / L: the most scheduling can gain
+
+    def efficiency(self, makespan: float) -> float:
+        """E = (U - m) / (U - L) (Eq. 4); NaN where U = L (nothing to schedule)."""
+        if self.upper == self.lower:
+            return math.nan
+        return (self.upper - makespan) / (self.upper - self.lower)
+
+
+def _times(graph: Graph) -> list[float]:
+    missing = [op.name for op in graph.ops if op.time is None]
+    if missing:
+        raise GraphError(
+            f"{len(missing)} ops have no time (e.g. {missing[0]!r}): the simulator needs "
+            "a time oracle for every op")
+    return [op.time for op in graph.ops]  # type: ignore[misc]
+
+
+def bounds(graph: Graph) -> Bounds:
+    """U = sum Time(op); L = max over resources d of sum Time(op on d); S = (U - L) / L."""
+    times = _times(graph)
+    per_resource: dict[str, float] = {"compute": 0.0}
+    for op, t in zip(graph.ops, times):
+        key = "channel:" + op.channel if op.kind == RECV else "compute"  # type: ignore[operator]
+        per_resource[key] = per_resource.get(key, 0.0) + t
+    upper = sum(times)
+    lower = max(per_resource.values())
+    speedup = (upper - lower) / lower if lower > 0 else math.inf
+    return Bounds(upper=upper, lower=lower, speedup=speedup)
+
+
+@dataclasses.dataclass(frozen=True)
+class SimResult:
+    makespan: float
+    bounds: Bounds
+    recv_finish: dict[str, float]  # when each transfer completed
+
+    @property
+    def efficiency(self) -> float:
+        return self.bounds.efficiency(self.makespan)
+
+    def to_json(self) -> dict[str, float | None]:
+        e = self.efficiency
+        return {"makespan": self.makespan, "upper": self.bounds.upper,
+                "lower": self.bounds.lower,
+                "efficiency": None if math.isnan(e) else e,
+                "speedup": self.bounds.speedup}
+
+
+def channel_sequences(graph: Graph, schedule: Schedule | None, seed: int = 0) -> dict[str, list[int]]:
+    """channel -> recv indices (into graph.ops) in the order the channel sends them."""
+    rng = np.random.default_rng(seed)
+    priority = schedule.priority if schedule is not None else {}
+    per_channel: dict[str, list[int]] = {}
+    for i, op in enumerate(graph.ops):
+        if op.kind == RECV:
+            per_channel.setdefault(op.channel, []).append(i)  # type: ignore[arg-type]
+    out = {}
+    for channel, idx in per_channel.items():
+        tiebreak = rng.permutation(len(idx))
+        # Unlisted (-1) first, then by priority; random tie-break within equal keys.
+        keyed = sorted(zip(idx, tiebreak),
+                       key=lambda it: (priority.get(graph.ops[it[0]].name, -1), it[1]))
+        out[channel] = [i for i, _ in keyed]
+    return out
+
+
+def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0) -> SimResult:
+    """Makespan of one iteration of ``graph`` with transfers ordered by ``schedule``.
+
+    ``schedule=None`` models TensorFlow's default: every transfer in random order
+    (``seed`` picks the order).
+    """
+    times = _times(graph)
+    if schedule is not None:
+        schedule.check_fits(graph)
+    ops = graph.ops
+    index = {op.name: i for i, op in enumerate(ops)}
+    consumers: list[list[int]] = [[] for _ in ops]
+    waiting = [0] * len(ops)
+    for i, op in enumerate(ops):
+        for name in set(op.inputs):
+            consumers[index[name]].append(i)
+            waiting[i] += 1
+    finish = [0.0] * len(ops)
+    ready_at = [0.0] * len(ops)
+    ready: list[tuple[float, int]] = []
+
+    def done(i: int) -> None:
+        for c in consumers[i]:
+            ready_at[c] = max(ready_at[c], finish[i])
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, (ready_at[c], c))
+
+    for seq in channel_sequences(graph, schedule, seed).values():
+        clock = 0.0
+        for i in seq:
+            clock += times[i]
+            finish[i] = clock
+    for i, op in enumerate(ops):
+        if op.kind != RECV and waiting[i] == 0:
+            heapq.heappush(ready, (0.0, i))
+    for i, op in enumerate(ops):
+        if op.kind == RECV:
+            done(i)
+    now = 0.0
+    while ready:
+        at, i = heapq.heappop(ready)
+        now = max(now, at) + times[i]
+        finish[i] = now
+        done(i)
+    makespan = max(finish, default=0.0)
+    return SimResult(makespan=makespan, bounds=bounds(graph),
+                     recv_finish={ops[i].name: finish[i] for i in range(len(ops)) if ops[i].kind == RECV})
