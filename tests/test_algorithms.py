@@ -86,6 +86,17 @@ def test_tac_is_johnson_optimal_on_independent_chains(seed):
     assert simulate(g, tac(g)).makespan == pytest.approx(best_makespan(g))
 
 
+def test_dependency_lower_bound_is_a_valid_and_tighter_bound():
+    from tictac_hooks.graph.simulate import bounds
+    tighter = 0
+    for seed in range(40):
+        g = random_dag(seed, n_recvs=5, n_compute=8)
+        b = bounds(g)
+        assert b.lower <= b.dependency_lower <= best_makespan(g) + 1e-9
+        tighter += b.dependency_lower > b.lower + 1e-9
+    assert tighter > 10  # it does tighten L on most graphs
+
+
 def test_tac_beats_random_and_tic_on_small_random_dags_against_brute_force():
     ratios = {"tac": [], "tic": [], "random": []}
     for seed in range(40):

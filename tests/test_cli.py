@@ -20,7 +20,7 @@ def test_order_then_simulate(tmp_path, capsys):
     assert order["algorithm"] == "tac" and sorted(order["order"]) == sorted(o.name for o in g.recvs)
     assert main(["simulate", str(gp), "--order", str(tmp_path / "o.json")]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"makespan", "upper", "lower", "efficiency", "speedup"}
+    assert {"makespan", "upper", "lower", "efficiency", "speedup"} <= set(out)
     assert out["lower"] <= out["makespan"] <= out["upper"]
     assert main(["simulate", str(gp), "--algorithm", "random", "--seed", "3"]) == 0
 

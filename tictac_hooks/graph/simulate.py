@@ -28,12 +28,19 @@ class Bounds:
     upper: float    # U: sum of Time(op) over all ops (nothing overlaps)
     lower: float    # L: max over resources of the time on that resource
     speedup: float  # S = (U - L) / L: the most scheduling can gain
+    dependency_lower: float = math.nan  # L* (see dependency_lower_bound), >= L
 
     def efficiency(self, makespan: float) -> float:
         """E = (U - m) / (U - L) (Eq. 4); NaN where U = L (nothing to schedule)."""
         if self.upper == self.lower:
             return math.nan
         return (self.upper - makespan) / (self.upper - self.lower)
+
+    def dependency_efficiency(self, makespan: float) -> float:
+        """E* = (U - m) / (U - L*): E measured against the dependency-aware bound."""
+        if not self.upper > self.dependency_lower:
+            return math.nan
+        return (self.upper - makespan) / (self.upper - self.dependency_lower)
 
 
 def _times(graph: Graph) -> list[float]:
@@ -45,17 +52,52 @@ def _times(graph: Graph) -> list[float]:
     return [op.time for op in graph.ops]  # type: ignore[misc]
 
 
+def dependency_lower_bound(graph: Graph) -> float:
+    """L*: a lower bound on the makespan that, unlike L, respects dependencies.
+
+    Every op whose dep set contains D can start only after the recvs of D arrived, and
+    those ops share the one compute resource; so for each distinct dep set D,
+    m >= max over channels of (transfer time of D's recvs on it) + (compute time of the
+    ops whose dep contains D). L* is the largest such value and L. In a training graph
+    the backward pass depends on every recv, so L* exposes how much of L is unreachable
+    by any order (ours, not the paper's; the paper's E uses L).
+    """
+    from tictac_hooks.graph.properties import DependencyClasses
+    times = _times(graph)
+    classes = DependencyClasses.of(graph)
+    channel_of = np.asarray([graph.channels.index(op.channel) for op in graph.recvs], dtype=np.int64)
+    member = classes.member
+    best = _resource_bounds(graph, times)[1]
+    if member.shape[0] == 0:
+        return best
+    # comm[k, c]: transfer time of class k's recvs on channel c.
+    onehot = np.zeros((channel_of.size, len(graph.channels)))
+    onehot[np.arange(channel_of.size), channel_of] = classes.recv_time
+    comm = member.astype(np.float64) @ onehot
+    not_member = ~member
+    for start in range(0, member.shape[0], 256):
+        block = member[start:start + 256]
+        # contains[j, k]: class j's dep set contains class k's (k in this block).
+        contains = (not_member.astype(np.float32) @ block.T.astype(np.float32)) == 0
+        later_compute = classes.compute_time @ contains
+        best = max(best, float((comm[start:start + 256].max(axis=1) + later_compute).max()))
+    return best
+
+
 def bounds(graph: Graph) -> Bounds:
     """U = sum Time(op); L = max over resources d of sum Time(op on d); S = (U - L) / L."""
-    times = _times(graph)
+    upper, lower = _resource_bounds(graph, _times(graph))
+    speedup = (upper - lower) / lower if lower > 0 else math.inf
+    return Bounds(upper=upper, lower=lower, speedup=speedup,
+                  dependency_lower=dependency_lower_bound(graph))
+
+
+def _resource_bounds(graph: Graph, times: list[float]) -> tuple[float, float]:
     per_resource: dict[str, float] = {"compute": 0.0}
     for op, t in zip(graph.ops, times):
         key = "channel:" + op.channel if op.kind == RECV else "compute"  # type: ignore[operator]
         per_resource[key] = per_resource.get(key, 0.0) + t
-    upper = sum(times)
-    lower = max(per_resource.values())
-    speedup = (upper - lower) / lower if lower > 0 else math.inf
-    return Bounds(upper=upper, lower=lower, speedup=speedup)
+    return sum(times), max(per_resource.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +110,18 @@ class SimResult:
     def efficiency(self) -> float:
         return self.bounds.efficiency(self.makespan)
 
+    @property
+    def dependency_efficiency(self) -> float:
+        return self.bounds.dependency_efficiency(self.makespan)
+
     def to_json(self) -> dict[str, float | None]:
-        e = self.efficiency
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else x
         return {"makespan": self.makespan, "upper": self.bounds.upper,
-                "lower": self.bounds.lower,
-                "efficiency": None if math.isnan(e) else e,
-                "speedup": self.bounds.speedup}
+                "lower": self.bounds.lower, "efficiency": num(self.efficiency),
+                "speedup": self.bounds.speedup,
+                "lower_dependency": self.bounds.dependency_lower,
+                "efficiency_dependency": num(self.dependency_efficiency)}
 
 
 def channel_sequences(graph: Graph, schedule: Schedule | None, seed: int = 0) -> dict[str, list[int]]:

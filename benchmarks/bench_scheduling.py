@@ -1,0 +1,56 @@
+"""How long TIC and TAC take as the graph grows (issue #2 performance targets).
+
+    .venv/bin/python benchmarks/bench_scheduling.py [--repeat 3]
+
+Prints one row per size: recvs, ops, dependency classes, TIC and TAC seconds (best of
+--repeat) and the simulated efficiency of each order: E against the paper's L, E*
+against the dependency-aware bound L*. Targets: ResNet-152 training size
+(~360 recvs, ~9,000 ops): TAC < 1 s, TIC < 0.2 s. The paper's analyzer took ~10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from synthetic import resnet_like_training  # noqa: E402
+from tictac_hooks.graph.algorithms import tac, tic  # noqa: E402
+from tictac_hooks.graph.properties import DependencyClasses  # noqa: E402
+from tictac_hooks.graph.simulate import simulate  # noqa: E402
+
+
+def best_of(repeat, fn, *args):
+    best, out = float("inf"), None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--layers", default="45,90,180,360,720")
+    args = parser.parse_args()
+    print(f"{'recvs':>6} {'ops':>7} {'classes':>8} {'TIC s':>8} {'TAC s':>8} "
+          f"{'E tic':>6} {'E tac':>6} {'E rand':>6} {'E* tic':>6} {'E* tac':>6}")
+    for layers in [int(x) for x in args.layers.split(",")]:
+        g = resnet_like_training(layers)
+        k = DependencyClasses.of(g).member.shape[0]
+        t_tic, s_tic = best_of(args.repeat, tic, g)
+        t_tac, s_tac = best_of(args.repeat, tac, g)
+        runs = [simulate(g, s) for s in (s_tic, s_tac)]
+        e_rand = sum(simulate(g, None, seed=i).efficiency for i in range(5)) / 5
+        print(f"{len(g.recvs):>6} {len(g):>7} {k:>8} {t_tic:>8.3f} {t_tac:>8.3f} "
+              f"{runs[0].efficiency:>6.3f} {runs[1].efficiency:>6.3f} {e_rand:>6.3f} "
+              f"{runs[0].dependency_efficiency:>6.3f} {runs[1].dependency_efficiency:>6.3f}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
