@@ -1,0 +1,344 @@
+"""Time oracles: Time(op) for every op of an iteration DAG (TICTAC.md, "Time oracle").
+
+* :func:`generic_times` -- the timing-independent oracle of TIC (paper Eq. 5).
+* :func:`recv_times_from_bandwidth` -- transfer time = latency + bytes / bandwidth.
+* :func:`times_from_step_stats`, :func:`transfers_from_step_stats`,
+  :func:`recv_times_from_transfers` -- from graph-mode ``RunMetadata.step_stats``.
+* :func:`measure_compute_times` / :func:`profile_compute_times` -- per-op compute times
+  of a ``tf.function`` measured on this machine with ``tf.profiler.experimental``.
+
+Over N profiled steps we keep the MEDIAN per op by default. The paper kept the minimum of
+5 runs, the public code one step. The minimum is the best case, which a loaded machine
+(two cores shared by the cluster's processes) rarely gives; the mean is pulled by the
+outliers we do see (first-run kernel initialisation, a step preempted by another
+process). The median is the typical time and ignores up to half the steps being outliers.
+
+TensorFlow is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+import shutil
+import statistics
+import tempfile
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from tictac_hooks.graph.dag import Graph, GraphError
+
+STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": statistics.median,
+    "min": min,
+    "mean": statistics.fmean,
+}
+RECV_TENSOR = "RecvTensor"
+_LABEL_BYTES = re.compile(r"^\[(\d+)B\]")
+_LABEL_EDGE = re.compile(r"\s(edge_\d+_\S+)\s+from\s")
+
+
+def generic_times(graph: Graph) -> dict[str, float]:
+    """Paper Eq. 5: Time(recv) = 1, Time(compute op) = 0."""
+    return {op.name: 1.0 if op.is_recv else 0.0 for op in graph.ops}
+
+
+def recv_times_from_bandwidth(graph: Graph, bytes_per_second: float,
+                              latency: float = 0.0) -> dict[str, float]:
+    """Time(recv) = latency + bytes / bytes_per_second, for every recv.
+
+    Raises:
+      GraphError: a non-positive bandwidth, a negative latency, or a recv whose size
+        is unknown (``bytes`` is None).
+    """
+    if not bytes_per_second > 0:
+        raise GraphError(f"bytes_per_second must be > 0, got {bytes_per_second!r}")
+    if latency < 0:
+        raise GraphError(f"latency must be >= 0 seconds, got {latency!r}")
+    unknown = [op.name for op in graph.recvs if op.bytes is None]
+    if unknown:
+        raise GraphError(f"{len(unknown)} recv(s) have no size, e.g. {unknown[0]!r}: "
+                         "give their bytes or time them from transfer records")
+    return {op.name: latency + op.bytes / bytes_per_second for op in graph.recvs}
+
+
+def _reduce(samples: Mapping[str, list[float]], statistic: str) -> dict[str, float]:
+    if statistic not in STATISTICS:
+        raise GraphError(f"statistic must be one of {sorted(STATISTICS)}, got {statistic!r}")
+    fn = STATISTICS[statistic]
+    return {name: float(fn(values)) for name, values in samples.items() if values}
+
+
+# --- graph mode: step_stats ---------------------------------------------------------
+
+def _step_stats_list(step_stats_list: Any) -> list[Any]:
+    """Accepts StepStats, RunMetadata, or a list of either."""
+    items = step_stats_list if isinstance(step_stats_list, (list, tuple)) else [step_stats_list]
+    out = []
+    for item in items:
+        if hasattr(item, "step_stats"):
+            item = item.step_stats
+        if not hasattr(item, "dev_stats"):
+            raise GraphError("expected StepStats or RunMetadata protos, got "
+                             f"{type(item).__name__}")
+        out.append(item)
+    if not out:
+        raise GraphError("no step_stats given")
+    return out
+
+
+def _kernel_seconds(ns: Any) -> float:
+    """Kernel time of one NodeExecStats: op_end - op_start (ns resolution if present).
+
+    Not all_end: for an asynchronous kernel (a _Recv) that includes waiting for the
+    data, which is transfer time, not compute.
+    """
+    if ns.op_end_rel_nanos or ns.op_start_rel_nanos:
+        return max(0, ns.op_end_rel_nanos - ns.op_start_rel_nanos) * 1e-9
+    if ns.op_end_rel_micros or ns.op_start_rel_micros:
+        return max(0, ns.op_end_rel_micros - ns.op_start_rel_micros) * 1e-6
+    return max(0, ns.all_end_rel_nanos or ns.all_end_rel_micros * 1000) * 1e-9
+
+
+def times_from_step_stats(step_stats_list: Any, name_map: Mapping[str, str] | None = None,
+                          statistic: str = "median",
+                          device: str | None = None) -> dict[str, float]:
+    """Per-op compute times from graph-mode step_stats of N steps.
+
+    Args:
+      step_stats_list: ``StepStats`` (or ``RunMetadata``) protos, one per profiled step
+        (``RunOptions(trace_level=FULL_TRACE)``).
+      name_map: node name -> DAG op name (``Extraction.name_map``); others keep their
+        node name.
+      statistic: ``"median"`` (default, see the module docstring), ``"min"`` or
+        ``"mean"`` over the steps.
+      device: keep only devices whose name contains this (e.g.
+        ``"/job:worker/replica:0/task:0"``); the PS's own nodes (its variable reads
+        are named like the recvs) are otherwise included.
+
+    Returns:
+      op name -> seconds. Per step, an op's time is the sum of its kernel times
+      (``op_end_rel`` - ``op_start_rel``) on the kept devices; an op missing from a step
+      counts 0 there. ``RecvTensor`` transfer records and ``_SOURCE`` are skipped (see
+      :func:`transfers_from_step_stats`).
+    """
+    steps = _step_stats_list(step_stats_list)
+    name_map = name_map or {}
+    per_step: list[dict[str, float]] = []
+    for ss in steps:
+        totals: dict[str, float] = {}
+        for dev in ss.dev_stats:
+            if device is not None and device not in dev.device:
+                continue
+            for ns in dev.node_stats:
+                if ns.node_name in (RECV_TENSOR, "_SOURCE"):
+                    continue
+                name = name_map.get(ns.node_name, ns.node_name)
+                totals[name] = totals.get(name, 0.0) + _kernel_seconds(ns)
+        per_step.append(totals)
+    names = {n for totals in per_step for n in totals}
+    samples = {n: [totals.get(n, 0.0) for totals in per_step] for n in names}
+    return _reduce(samples, statistic)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferRecord:
+    """One RPC-level transfer: the recv's name (sending node), bytes and seconds."""
+
+    name: str
+    bytes: int | None
+    seconds: float
+
+
+def transfers_from_step_stats(step_stats_list: Any) -> list[TransferRecord]:
+    """The ``RecvTensor`` records of graph-mode step_stats (worker-side RPC timings).
+
+    The timeline label reads ``[<bytes>B] [<rate>] edge_<n>_<sending node> from <src>
+    to <dst>``; the name is the sending node (as in
+    :func:`tictac_hooks.graph.tf_extract.extract_partition_graphs`), the time
+    ``all_end_rel``: from issuing the RPC to the tensor's arrival.
+    """
+    from tictac_hooks.graph.tf_extract import sending_node_name
+
+    out = []
+    for ss in _step_stats_list(step_stats_list):
+        for dev in ss.dev_stats:
+            for ns in dev.node_stats:
+                if ns.node_name != RECV_TENSOR:
+                    continue
+                m = _LABEL_EDGE.search(ns.timeline_label)
+                if not m:
+                    continue
+                b = _LABEL_BYTES.match(ns.timeline_label)
+                seconds = (ns.all_end_rel_nanos * 1e-9 if ns.all_end_rel_nanos
+                           else ns.all_end_rel_micros * 1e-6)
+                out.append(TransferRecord(sending_node_name(m.group(1)),
+                                          int(b.group(1)) if b else None, seconds))
+    return out
+
+
+def recv_times_from_transfers(records: Iterable[Any], statistic: str = "median"
+                              ) -> dict[str, float]:
+    """Recv time per name from transfer records ``(name, bytes, seconds)``: the median
+    (or ``statistic``) over the records of each name."""
+    samples: dict[str, list[float]] = {}
+    for rec in records:
+        try:
+            name, _nbytes, seconds = rec
+        except (TypeError, ValueError):
+            name, seconds = getattr(rec, "name", None), getattr(rec, "seconds", None)
+        if not isinstance(name, str) or seconds is None or seconds < 0:
+            raise GraphError(f"bad transfer record {rec!r}: expected (name, bytes, seconds)")
+        samples.setdefault(name, []).append(float(seconds))
+    return _reduce(samples, statistic)
+
+
+def recv_bytes_from_transfers(records: Iterable[TransferRecord]) -> dict[str, int]:
+    """Recv name -> bytes, from transfer records that carry a size."""
+    return {r.name: r.bytes for r in records if r.bytes is not None}
+
+
+# --- TF2: profiler ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ComputeProfile:
+    """Per-op compute times measured with the TensorFlow profiler.
+
+    Attributes:
+      times: graph node name -> seconds (statistic over steps) for profiled nodes
+        that are in the function's graph.
+      coverage: matched profiled op time / all profiled op time, in [0, 1]. Below 1
+        when the runtime ran ops not in the traced graph (grappler's fused or
+        rewritten nodes get new names; a fused node keeps the name of the last node it
+        replaces, so most time stays matched).
+      steps: number of profiled steps.
+      unmatched: profiled op names not in the graph, with their seconds (statistic).
+    """
+
+    times: dict[str, float]
+    coverage: float
+    steps: int
+    unmatched: dict[str, float]
+
+
+def _xplane_module() -> Any:
+    try:
+        from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    except ImportError:  # older wheels
+        from tsl.profiler.protobuf import xplane_pb2  # type: ignore[no-redef]
+    return xplane_pb2
+
+
+def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
+                          warmup: int = 2, names: Iterable[str] | None = None,
+                          statistic: str = "median",
+                          progress: Callable[[int, int], None] | None = None
+                          ) -> ComputeProfile:
+    """Runs ``fn(*args)`` ``steps`` times under ``tf.profiler.experimental`` and reads
+    the per-op kernel times from the xplane file.
+
+    Args:
+      fn: a ``tf.function`` or concrete function.
+      args: its arguments.
+      steps: profiled steps; warmup: unprofiled runs before (first-run costs).
+      names: the graph node names to match; default: the ops of ``fn``'s graph.
+      statistic: over steps, see the module docstring.
+      progress: called with (done, total) after each run.
+
+    Op events are the host plane's TraceMe events named ``<node name>:<op type>``;
+    each is assigned to the step (our ``Trace("tictac_step")`` window) it ran in.
+    Per step an op's time is the sum of its events; missing in a step counts 0.
+    """
+    import tensorflow as tf
+
+    if steps < 1 or warmup < 0:
+        raise GraphError(f"steps must be >= 1 and warmup >= 0, got {steps}, {warmup}")
+    if names is None:
+        graph = getattr(fn, "graph", None)
+        if graph is None:
+            graph = fn.get_concrete_function(*args).graph
+        names = [op.name for op in graph.get_operations()]
+    known = set(names)
+    total = warmup + steps
+    for i in range(warmup):
+        fn(*args)
+        if progress:
+            progress(i + 1, total)
+    logdir = tempfile.mkdtemp(prefix="tictac_prof_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        try:
+            for i in range(steps):
+                with tf.profiler.experimental.Trace("tictac_step", step_num=i, _r=1):
+                    out = fn(*args)
+                    _block(out)
+                if progress:
+                    progress(warmup + i + 1, total)
+        finally:
+            tf.profiler.experimental.stop()
+        files = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+        if not files:
+            raise GraphError(f"the profiler wrote no .xplane.pb under {logdir}")
+        xplane_pb2 = _xplane_module()
+        space = xplane_pb2.XSpace()
+        with open(files[0], "rb") as f:
+            space.ParseFromString(f.read())
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    per_step = _op_times_per_step(space, steps)
+    all_names = {n for totals in per_step for n in totals}
+    samples = {n: [totals.get(n, 0.0) for totals in per_step] for n in all_names}
+    reduced = _reduce(samples, statistic)
+    matched = {n: t for n, t in reduced.items() if n in known}
+    unmatched = {n: t for n, t in reduced.items() if n not in known}
+    matched_total = sum(sum(t for n, t in totals.items() if n in known) for totals in per_step)
+    all_total = sum(sum(totals.values()) for totals in per_step)
+    coverage = matched_total / all_total if all_total > 0 else 0.0
+    return ComputeProfile(times=matched, coverage=coverage, steps=steps, unmatched=unmatched)
+
+
+def measure_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
+                          warmup: int = 2, **kwargs: Any) -> dict[str, float]:
+    """Node name -> seconds (median over ``steps``) of ``fn(*args)`` on this machine;
+    see :func:`profile_compute_times` (which also reports the coverage)."""
+    return profile_compute_times(fn, args, steps, warmup, **kwargs).times
+
+
+def _block(out: Any) -> None:
+    """Waits for the outputs (eager execution may be asynchronous)."""
+    import tensorflow as tf
+
+    for t in tf.nest.flatten(out):
+        if hasattr(t, "numpy"):
+            t.numpy()
+
+
+def _op_times_per_step(space: Any, steps: int) -> list[dict[str, float]]:
+    """Per step: op node name -> summed kernel seconds, from an XSpace."""
+    windows: list[tuple[int, int]] = []
+    events: list[tuple[int, str, int]] = []       # (start ps, node name, duration ps)
+    for plane in space.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        meta = plane.event_metadata
+        for line in plane.lines:
+            base = line.timestamp_ns * 1000
+            for e in line.events:
+                md = meta[e.metadata_id]
+                start = base + e.offset_ps
+                if md.name == "tictac_step":
+                    windows.append((start, start + e.duration_ps))
+                elif md.display_name and md.name.endswith(":" + md.display_name):
+                    events.append((start, md.name[: -len(md.display_name) - 1],
+                                   e.duration_ps))
+    if len(windows) != steps:
+        raise GraphError(f"profiler trace has {len(windows)} step windows, expected {steps}")
+    windows.sort()
+    per_step: list[dict[str, float]] = [{} for _ in windows]
+    for start, name, dur in events:
+        for i, (lo, hi) in enumerate(windows):
+            if lo <= start <= hi:
+                per_step[i][name] = per_step[i].get(name, 0.0) + dur * 1e-12
+                break
+    return per_step
