@@ -249,6 +249,8 @@ def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
     Op events are the host plane's TraceMe events named ``<node name>:<op type>``;
     each is assigned to the step (our ``Trace("tictac_step")`` window) it ran in.
     Per step an op's time is the sum of its events; missing in a step counts 0.
+    A node that grappler added while rewriting graph node ``n`` (named
+    ``n/<Name>Optimizer/...``) counts for ``n``.
     """
     import tensorflow as tf
 
@@ -286,7 +288,8 @@ def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
             space.ParseFromString(f.read())
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
-    per_step = _op_times_per_step(space, steps)
+    per_step = [_attribute_rewrites(totals, known)
+                for totals in _op_times_per_step(space, steps)]
     all_names = {n for totals in per_step for n in totals}
     samples = {n: [totals.get(n, 0.0) for totals in per_step] for n in all_names}
     reduced = _reduce(samples, statistic)
@@ -303,6 +306,21 @@ def measure_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
     """Node name -> seconds (median over ``steps``) of ``fn(*args)`` on this machine;
     see :func:`profile_compute_times` (which also reports the coverage)."""
     return profile_compute_times(fn, args, steps, warmup, **kwargs).times
+
+
+_REWRITTEN = re.compile(r"^(.+?)/[A-Za-z]+Optimizer/")
+
+
+def _attribute_rewrites(totals: dict[str, float], known: set[str]) -> dict[str, float]:
+    """Gives the time of a node grappler created by rewriting a graph node
+    (``<node>/ArithmeticOptimizer/AddOpsRewrite_...``) to that node."""
+    out: dict[str, float] = {}
+    for name, t in totals.items():
+        m = _REWRITTEN.match(name) if name not in known else None
+        if m and m.group(1) in known:
+            name = m.group(1)
+        out[name] = out.get(name, 0.0) + t
+    return out
 
 
 def _block(out: Any) -> None:

@@ -54,6 +54,8 @@ class Extraction:
         a recv must be a root (e.g. a read ordered after a write to the same variable:
         in the real partition graph that ordering lives on the PS side too).
       warnings: things the extraction could not model exactly, in words.
+      recv_variables: recv op name -> name of the variable it reads (concrete
+        functions only; partition graphs do not say).
     """
 
     graph: Graph
@@ -62,6 +64,7 @@ class Extraction:
     ps_side: frozenset[str] = frozenset()
     dropped_inputs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    recv_variables: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def task_of(device: str) -> str | None:
@@ -311,6 +314,7 @@ class _Builder:
         self.ps_side: set[str] = set()
         self.dropped: dict[str, tuple[str, ...]] = {}
         self.warnings: list[str] = []
+        self.recv_variables: dict[str, str] = {}
         # Per inlined call: how a consumer of "<call>:<k>" / "^<call>" resolves.
         self.outputs: dict[str, list[list[str]]] = {}
         self.control_outputs: dict[str, list[str]] = {}
@@ -340,6 +344,7 @@ class _Builder:
                 nbytes = (_variable_bytes(var) if node.op == "ReadVariableOp" else None)
                 self._add(Op(name=full, kind=RECV, channel=_channel(var),
                              bytes=nbytes), node.op)
+                self.recv_variables[full] = var.name
                 if deps:
                     self.dropped[full] = tuple(deps)
                 continue
@@ -419,7 +424,8 @@ class _Builder:
     def finish(self) -> Extraction:
         return Extraction(graph=Graph(self.ops), name_map={}, op_types=self.op_types,
                           ps_side=frozenset(self.ps_side), dropped_inputs=self.dropped,
-                          warnings=tuple(self.warnings))
+                          warnings=tuple(self.warnings),
+                          recv_variables=self.recv_variables)
 
 
 def _body_input(raw: str) -> str:

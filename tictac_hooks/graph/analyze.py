@@ -1,0 +1,122 @@
+"""Timed iteration DAGs of ``keras.applications`` models, for ``tictac analyze``.
+
+:func:`analyzed_graph` builds a model (random weights), traces one training or
+inference step (:mod:`tictac_hooks.graph.tf_extract`), measures every compute op on
+this machine with the TensorFlow profiler, and times every recv as bytes / bandwidth
+(:mod:`tictac_hooks.graph.oracle`). Keras 3 is used unless ``TF_USE_LEGACY_KERAS=1``
+selects tf_keras. TensorFlow is imported when these functions are called.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+from tictac_hooks.graph import oracle, tf_extract
+from tictac_hooks.graph.dag import Graph, GraphError
+
+# Smallest square input each model family accepts (keras.applications' own checks);
+# others default to 64 x 64, small enough for two CPU cores.
+MIN_IMAGE_SIZE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
+DEFAULT_IMAGE_SIZE = 64
+
+
+def keras_module() -> Any:
+    """tf_keras when ``TF_USE_LEGACY_KERAS=1`` (as TensorFlow decides), else Keras 3."""
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+        import tf_keras
+        return tf_keras
+    import keras
+    return keras
+
+
+def application_names() -> list[str]:
+    """The model constructors of ``keras.applications`` in the selected Keras."""
+    apps = keras_module().applications
+    return sorted(n for n in dir(apps) if n[:1].isupper() and callable(getattr(apps, n)))
+
+
+def build_application_model(name: str, training: bool, batch_size: int,
+                            image_size: int | None = None, classes: int = 1000) -> Any:
+    """A ``keras.applications`` model with random weights (nothing is downloaded).
+
+    Args:
+      name: e.g. ``"ResNet50"``, ``"InceptionV3"``, ``"VGG16"``, ``"MobileNetV2"``.
+      training: compile it (SGD, sparse categorical cross-entropy, no XLA) so that its
+        train step can be traced.
+      batch_size: checked here (>= 1), used by the caller's trace.
+      image_size: square input side; default 64, or the model's minimum (75 for the
+        Inception family, 71 for Xception).
+      classes: size of the classification head (1000, as in the paper's models).
+
+    Raises:
+      GraphError: an unknown name (the message lists the valid ones), a bad size.
+    """
+    keras = keras_module()
+    valid = application_names()
+    if name not in valid:
+        raise GraphError(f"unknown model {name!r}; valid keras.applications names: "
+                         f"{', '.join(valid)}")
+    if batch_size < 1:
+        raise GraphError(f"batch_size must be >= 1, got {batch_size}")
+    size = image_size or max(DEFAULT_IMAGE_SIZE, MIN_IMAGE_SIZE.get(name, 0))
+    try:
+        model = getattr(keras.applications, name)(
+            weights=None, input_shape=(size, size, 3), classes=classes)
+    except ValueError as e:
+        raise GraphError(f"{name} does not accept a {size}x{size} input ({e}); "
+                         "pass a larger image_size") from None
+    if training:
+        model.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss="sparse_categorical_crossentropy", jit_compile=False)
+    return model
+
+
+def analyzed_graph(name: str, training: bool, batch_size: int,
+                   bandwidth_bytes_per_s: float, progress: bool = True,
+                   image_size: int | None = None, steps: int = 5, warmup: int = 2,
+                   latency: float = 0.0, stream: TextIO | None = None) -> Graph:
+    """The iteration DAG of a keras.applications model with every time filled.
+
+    Compute ops: median over ``steps`` profiled runs on this machine (ops the profiler
+    does not see, e.g. nodes grappler fused away, and ops that run on the PS in a real
+    deployment get 0). Recvs: ``latency + bytes / bandwidth_bytes_per_s``. Progress goes
+    to stderr (``stream``) when ``progress`` is true.
+    """
+    if not bandwidth_bytes_per_s > 0:
+        raise GraphError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s!r}")
+    out = stream or sys.stderr
+    say = (lambda msg: print(msg, file=out, flush=True)) if progress else (lambda msg: None)
+    t0 = time.perf_counter()
+    say(f"building {name} ({'training' if training else 'inference'}, "
+        f"batch {batch_size}) ...")
+    model = build_application_model(name, training, batch_size, image_size)
+    say(f"tracing ({time.perf_counter() - t0:.1f} s) ...")
+    ext, fn, args = tf_extract.extract_keras_model(model, batch_size, training)
+    graph = ext.graph
+    say(f"traced: {len(graph)} ops, {len(graph.recvs)} recvs "
+        f"({time.perf_counter() - t0:.1f} s); measuring on this CPU ...")
+    bar = progress_bar("measuring", out) if progress else None
+    prof = oracle.profile_compute_times(fn, args, steps=steps, warmup=warmup,
+                                        names=[op.name for op in graph.ops], progress=bar)
+    say(f"measured: coverage {prof.coverage:.1%} of profiled op time "
+        f"({time.perf_counter() - t0:.1f} s)")
+    times = {op.name: 0.0 for op in graph.compute_ops}
+    times.update({n: t for n, t in prof.times.items() if n not in ext.ps_side})
+    times.update(oracle.recv_times_from_bandwidth(graph, bandwidth_bytes_per_s, latency))
+    return graph.with_times(times)
+
+
+def progress_bar(label: str, stream: TextIO | None = None,
+                 width: int = 30) -> Callable[[int, int], None]:
+    """A ``(done, total)`` callback drawing ``label [#####.....] done/total`` in place."""
+    out = stream or sys.stderr
+
+    def update(done: int, total: int) -> None:
+        filled = int(width * done / total) if total else width
+        end = "\n" if done >= total else ""
+        out.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
+        out.flush()
+    return update
