@@ -36,7 +36,7 @@ STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
 }
 RECV_TENSOR = "RecvTensor"
 _LABEL_BYTES = re.compile(r"^\[(\d+)B\]")
-_LABEL_EDGE = re.compile(r"\s(edge_\d+_\S+)\s+from\s")
+_LABEL_EDGE = re.compile(r"\s(edge_\d+_\S+)\s+from\s+(\S+)\s+to\s+(\S+)")
 
 
 def generic_times(graph: Graph) -> dict[str, float]:
@@ -144,22 +144,36 @@ def times_from_step_stats(step_stats_list: Any, name_map: Mapping[str, str] | No
 
 @dataclasses.dataclass(frozen=True)
 class TransferRecord:
-    """One RPC-level transfer: the recv's name (sending node), bytes and seconds."""
+    """One RPC-level transfer: the recv's name (sending node), bytes and seconds, and
+    the sending and receiving tasks (``"ps:0"``, ``"worker:0"``) where known.
+    Unpacks as ``(name, bytes, seconds)``."""
 
     name: str
     bytes: int | None
     seconds: float
+    source: str | None = None
+    destination: str | None = None
+
+    def __iter__(self):
+        return iter((self.name, self.bytes, self.seconds))
 
 
-def transfers_from_step_stats(step_stats_list: Any) -> list[TransferRecord]:
+def transfers_from_step_stats(step_stats_list: Any, destination: str | None = None,
+                              source: str | None = None) -> list[TransferRecord]:
     """The ``RecvTensor`` records of graph-mode step_stats (worker-side RPC timings).
 
     The timeline label reads ``[<bytes>B] [<rate>] edge_<n>_<sending node> from <src>
     to <dst>``; the name is the sending node (as in
     :func:`tictac_hooks.graph.tf_extract.extract_partition_graphs`), the time
-    ``all_end_rel``: from issuing the RPC to the tensor's arrival.
+    ``all_end_rel``: from issuing the RPC to the tensor's arrival. The PS's own pulls
+    of gradients from the worker are records too: ``destination="worker:0"`` (or
+    ``source="ps:0"``; a task or device string) keeps the parameter transfers to one
+    worker.
     """
-    from tictac_hooks.graph.tf_extract import sending_node_name
+    from tictac_hooks.graph.tf_extract import sending_node_name, task_of
+
+    want_dst = task_of(destination) or destination if destination else None
+    want_src = task_of(source) or source if source else None
 
     out = []
     for ss in _step_stats_list(step_stats_list):
@@ -170,11 +184,15 @@ def transfers_from_step_stats(step_stats_list: Any) -> list[TransferRecord]:
                 m = _LABEL_EDGE.search(ns.timeline_label)
                 if not m:
                     continue
+                src, dst = task_of(m.group(2)), task_of(m.group(3))
+                if (want_dst and dst != want_dst) or (want_src and src != want_src):
+                    continue
                 b = _LABEL_BYTES.match(ns.timeline_label)
                 seconds = (ns.all_end_rel_nanos * 1e-9 if ns.all_end_rel_nanos
                            else ns.all_end_rel_micros * 1e-6)
                 out.append(TransferRecord(sending_node_name(m.group(1)),
-                                          int(b.group(1)) if b else None, seconds))
+                                          int(b.group(1)) if b else None, seconds,
+                                          src, dst))
     return out
 
 

@@ -1,0 +1,267 @@
+"""Extraction of iteration DAGs from real TensorFlow: Keras 3 and tf_keras models,
+nested tf.functions, and a graph-mode step on a real local PS cluster."""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from tictac_hooks.graph import oracle, tf_extract  # noqa: E402
+from tictac_hooks.graph.dag import GraphError  # noqa: E402
+
+
+def _dense_model(keras):
+    model = keras.Sequential([keras.Input((4,)),
+                              keras.layers.Dense(8, activation="relu", name="d1"),
+                              keras.layers.Dense(2, name="d2")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", jit_compile=False)
+    return model
+
+
+def _conv_model(keras):
+    model = keras.Sequential([keras.Input((12, 12, 3)),
+                              keras.layers.Conv2D(4, 3, activation="relu", name="c1"),
+                              keras.layers.BatchNormalization(name="bn"),
+                              keras.layers.Flatten(),
+                              keras.layers.Dense(3, name="d")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss="sparse_categorical_crossentropy", jit_compile=False)
+    return model
+
+
+def _reads_per_variable(ext):
+    return collections.Counter(ext.recv_variables.values())
+
+
+def _trainable_names(model):
+    # Keras 3 names variables by path, tf_keras adds ":0".
+    return [getattr(v, "path", None) or v.name for v in model.trainable_variables]
+
+
+def _var_key(name):
+    return name.split(":")[0]
+
+
+@pytest.fixture(params=["keras3", "tf_keras"])
+def keras(request):
+    if request.param == "keras3":
+        import keras as k
+    else:
+        k = pytest.importorskip("tf_keras")
+    return k
+
+
+def test_inference_recvs_are_one_read_per_trainable_variable(keras):
+    model = _dense_model(keras)
+    ext, fn, args = tf_extract.extract_keras_model(model, batch_size=8, training=False)
+    g = ext.graph
+    assert len(g.recvs) == len(model.trainable_variables) == 4
+    assert sorted(op.bytes for op in g.recvs) == [8, 32, 64, 128]   # float32 sizes
+    assert g.channels == ["ps:0"]
+    assert all(not op.inputs for op in g.recvs)
+    # Every recv feeds the forward pass; the traced function runs as returned.
+    assert all(any(r.name in op.inputs for op in g.ops) for r in g.recvs)
+    assert fn(*args).shape == (8, 2)
+
+
+def test_training_recvs_cover_forward_and_optimizer_reads(keras):
+    model = _dense_model(keras)
+    ext, fn, args = tf_extract.extract_keras_model(model, batch_size=8, training=True)
+    g = ext.graph
+    reads = _reads_per_variable(ext)
+    trainable = [_var_key(v.name) for v in model.trainable_variables]
+    read_names = {_var_key(n) for n in reads}
+    # Each trainable variable is read once by the forward pass (the backward pass
+    # reuses that value)...
+    forward = [r for r in g.recvs if "ReadVariableOp" in r.name and
+               r.name.startswith("sequential")]
+    assert len(forward) == len(trainable) == 4
+    assert all(any(t.split("/")[-1] in _var_key(ext.recv_variables[r.name])
+                   for t in trainable) for r in forward)
+    # ...and the rest are optimizer and metric state read on the worker: the learning
+    # rate once per variable (both Kerases), tf_keras' SGD also reads its momentum
+    # slot before and after updating it; the loss tracker's total/count.
+    assert any("learning_rate" in n for n in read_names)
+    assert len(g.recvs) == {"keras": 13, "tf_keras": 18}[keras.__name__]
+    # Writes to the (remote) variables stay in the DAG as PS-side ops.
+    assert ext.ps_side and all(ext.op_types[n].startswith("Assign") for n in ext.ps_side)
+    # Reads ordered after a write (metric results) lost those inputs, recorded.
+    assert ext.dropped_inputs and all(n in g for n in ext.dropped_inputs)
+    assert all(not op.inputs for op in g.recvs)
+    fn(*args)   # one real training step runs
+
+
+def test_conv_model_with_batchnorm_extracts_and_times_run(keras):
+    model = _conv_model(keras)
+    for training in (True, False):
+        ext, fn, args = tf_extract.extract_keras_model(model, 4, training)
+        trainable = len(model.trainable_variables)
+        assert len(ext.graph.recvs) >= trainable
+        assert set(ext.recv_variables) == {r.name for r in ext.graph.recvs}
+    assert ext.graph.summary()["param_bytes"] > 0
+
+
+def test_nested_tf_functions_are_inlined_and_remote_handles_followed():
+    w = tf.Variable(tf.ones([4, 4]), name="w")
+
+    @tf.function
+    def inner(x, v):
+        return tf.matmul(x, v)
+
+    @tf.function
+    def outer(x):
+        return inner(x, w.read_value()) + inner(x, w)
+
+    ext = tf_extract.extract_concrete_function(outer.get_concrete_function(tf.ones([2, 4])))
+    g = ext.graph
+    assert len(g.recvs) == 2
+    inlined = [op for op in g.ops if op.name.endswith("/MatMul")]
+    assert len(inlined) == 2
+    # The read done inside the second call is a recv feeding that call's MatMul.
+    inside = [r for r in g.recvs if "/" in r.name and "PartitionedCall" in r.name]
+    assert len(inside) == 1
+    assert any(inside[0].name in op.inputs for op in inlined)
+    add = next(op for op in g.ops if ext.op_types[op.name] == "AddV2")
+    assert all(any(i.startswith(c.name.rsplit("/", 1)[0]) for i in add.inputs)
+               for c in inlined)
+
+
+def test_remote_variables_selection():
+    a = tf.Variable(tf.ones([3]), name="a")
+    b = tf.Variable(tf.ones([5]), name="b")
+
+    @tf.function
+    def f():
+        return tf.reduce_sum(a) + tf.reduce_sum(b)
+
+    cf = f.get_concrete_function()
+    assert len(tf_extract.graph_from_concrete_function(cf).recvs) == 2
+    only_a = tf_extract.extract_concrete_function(cf, remote_variables=[a])
+    assert list(only_a.recv_variables.values()) == [a.name]
+    assert only_a.graph.recvs[0].bytes == 12
+    # b stays local: its handle placeholder and read are ordinary compute ops.
+    assert len(only_a.graph.compute_ops) > len(
+        tf_extract.graph_from_concrete_function(cf).compute_ops)
+    assert not tf_extract.graph_from_concrete_function(cf, remote_variables=["/job:ps"]).recvs
+    assert len(tf_extract.graph_from_concrete_function(
+        cf, remote_variables=lambda v: v.shape[0] == 5).recvs) == 1
+
+
+def test_clear_errors():
+    with pytest.raises(GraphError, match="ConcreteFunction"):
+        tf_extract.extract_concrete_function(lambda x: x)
+    with pytest.raises(GraphError, match="remote_variables"):
+        tf_extract.extract_concrete_function(
+            tf.function(lambda: tf.constant(1)).get_concrete_function(), remote_variables=3)
+    with pytest.raises(GraphError, match="output_partition_graphs"):
+        tf_extract.extract_partition_graphs([])
+    import keras
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(GraphError, match="not compiled"):
+        tf_extract.extract_keras_model(model, 4, training=True)
+    with pytest.raises(GraphError, match="batch_size"):
+        tf_extract.extract_keras_model(model, 0, training=False)
+
+
+def test_sending_node_name_and_task():
+    assert (tf_extract.sending_node_name("edge_74_sequential/d1/MatMul/ReadVariableOp")
+            == "sequential/d1/MatMul/ReadVariableOp")
+    assert tf_extract.sending_node_name("x/edge_3_y") == "x/edge_3_y"
+    assert tf_extract.task_of("/job:ps/replica:0/task:1/device:CPU:0") == "ps:1"
+    assert tf_extract.task_of("/device:CPU:0") is None
+
+
+# --- graph mode on a real PS cluster --------------------------------------------------
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def graph_mode_run():
+    """Three FULL_TRACE steps of a 2-layer model, variables on a real in-process PS,
+    compute on a real in-process worker, talking gRPC over localhost."""
+    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_free_port()}"],
+                                 "worker": [f"localhost:{_free_port()}"]})
+    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, start=True)
+               for job in ("ps", "worker")]
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
+            cluster=spec, worker_device="/job:worker/task:0")):
+        x = tf.compat.v1.placeholder(tf.float32, [8, 4])
+        y = tf.compat.v1.placeholder(tf.float32, [8, 2])
+        w1 = tf.compat.v1.get_variable("w1", [4, 16])
+        b1 = tf.compat.v1.get_variable("b1", [16], initializer=tf.compat.v1.zeros_initializer())
+        w2 = tf.compat.v1.get_variable("w2", [16, 2])
+        loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2) - y))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                      output_partition_graphs=True)
+    metadata = []
+    feed = {x: np.ones([8, 4], np.float32), y: np.ones([8, 2], np.float32)}
+    with tf.compat.v1.Session(servers[1].target, graph=g) as sess:
+        sess.run(init)
+        for _ in range(3):
+            md = tf.compat.v1.RunMetadata()
+            sess.run(train, feed, options=options, run_metadata=md)
+            metadata.append(md)
+    return metadata
+
+
+@pytest.mark.cluster
+def test_partition_graph_recvs_are_the_ps_reads(graph_mode_run):
+    md = graph_mode_run[-1]
+    ext = tf_extract.extract_partition_graphs(md.partition_graphs)
+    g = ext.graph
+    # Recv names are the PS-side sending nodes (the rendezvous key's edge_<n>_<name>).
+    ps_nodes = {n.name for pg in md.partition_graphs for n in pg.node
+                if "/job:ps/" in n.device}
+    assert len(g.recvs) == 3
+    assert all(r.name in ps_nodes and r.name.endswith("ReadVariableOp") for r in g.recvs)
+    assert g.channels == ["ps:0"]
+    # The map leads from the worker's partition nodes (…_S<k>) to the recv names.
+    assert sorted(ext.name_map.values()) == sorted(r.name for r in g.recvs)
+    assert all(k != v for k, v in ext.name_map.items())
+    # Worker compute: forward, backward and the gradient _Sends to the PS, no PS op.
+    assert "worker:0" in tf_extract.task_of(next(
+        n.device for pg in md.partition_graphs for n in pg.node if n.name == g.ops[-1].name))
+    assert any(t == "_Send" for t in ext.op_types.values())
+    assert all(any(r.name in op.inputs for op in g.ops) for r in g.recvs)
+    with pytest.raises(GraphError, match="not among"):
+        tf_extract.extract_partition_graphs(md.partition_graphs, worker="worker:7")
+    assert len(tf_extract.graph_from_partition_graphs(
+        md.partition_graphs, worker="/job:worker/task:0")) == len(g)
+
+
+@pytest.mark.cluster
+def test_step_stats_oracle_from_the_same_run(graph_mode_run):
+    ext = tf_extract.extract_partition_graphs(graph_mode_run[-1].partition_graphs)
+    times = oracle.times_from_step_stats(graph_mode_run, ext.name_map,
+                                         device="/job:worker/replica:0/task:0")
+    compute = {op.name for op in ext.graph.compute_ops}
+    assert set(times) <= compute
+    assert len(set(times) & compute) >= len(compute) // 2
+    assert all(t >= 0 for t in times.values()) and sum(times.values()) > 0
+    everything = oracle.transfers_from_step_stats(graph_mode_run)
+    # The PS pulls the 3 gradients and the learning rate from the worker, too.
+    assert {(t.source, t.destination) for t in everything} == {
+        ("ps:0", "worker:0"), ("worker:0", "ps:0")}
+    transfers = oracle.transfers_from_step_stats(graph_mode_run, destination="worker:0")
+    assert {t.name for t in transfers} == {r.name for r in ext.graph.recvs}
+    assert len(transfers) == 3 * 3
+    assert sorted(oracle.recv_bytes_from_transfers(transfers).values()) == [64, 128, 256]
+    recv_times = oracle.recv_times_from_transfers(transfers)
+    assert set(recv_times) == {r.name for r in ext.graph.recvs}
+    timed = ext.graph.with_times({**times, **recv_times}, default=0.0)
+    assert timed.has_times()
