@@ -115,6 +115,16 @@ def test_profiler_measures_real_per_op_times(tiny_conv_step):
         oracle.profile_compute_times(fn, args, steps=0)
 
 
+def test_patch_tf_profiler_upstream_contract():
+    """Fails loudly when TensorFlow's xplane messages change (patches/tf_profiler.py);
+    the profiler test above covers the event naming."""
+    pytest.importorskip("tensorflow")
+    from patches import tf_profiler
+
+    tf_profiler.check_upstream()
+    assert hasattr(tf_profiler.xplane_module(), "XSpace")
+
+
 def test_analyze_unknown_model_lists_valid_names():
     from tictac_hooks.graph import analyze
 

@@ -28,6 +28,7 @@ import tempfile
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tictac_hooks.graph.dag import Graph, GraphError
+from tictac_hooks.graph.oracle_generic import generic_times  # noqa: F401  (re-export)
 
 STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
     "median": statistics.median,
@@ -35,13 +36,9 @@ STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
     "mean": statistics.fmean,
 }
 RECV_TENSOR = "RecvTensor"
+STEP_MARKER = "tictac_step"
 _LABEL_BYTES = re.compile(r"^\[(\d+)B\]")
 _LABEL_EDGE = re.compile(r"\s(edge_\d+_\S+)\s+from\s+(\S+)\s+to\s+(\S+)")
-
-
-def generic_times(graph: Graph) -> dict[str, float]:
-    """Paper Eq. 5: Time(recv) = 1, Time(compute op) = 0."""
-    return {op.name: 1.0 if op.is_recv else 0.0 for op in graph.ops}
 
 
 def recv_times_from_bandwidth(graph: Graph, bytes_per_second: float,
@@ -240,14 +237,6 @@ class ComputeProfile:
     unmatched: dict[str, float]
 
 
-def _xplane_module() -> Any:
-    try:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    except ImportError:  # older wheels
-        from tsl.profiler.protobuf import xplane_pb2  # type: ignore[no-redef]
-    return xplane_pb2
-
-
 def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
                           warmup: int = 2, names: Iterable[str] | None = None,
                           statistic: str = "median",
@@ -266,11 +255,13 @@ def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
 
     Op events are the host plane's TraceMe events named ``<node name>:<op type>``;
     each is assigned to the step (our ``Trace("tictac_step")`` window) it ran in.
+    The trace format is read by ``patches/tf_profiler.py``.
     Per step an op's time is the sum of its events; missing in a step counts 0.
     A node that grappler added while rewriting graph node ``n`` (named
     ``n/<Name>Optimizer/...``) counts for ``n``.
     """
     import tensorflow as tf
+    from patches import tf_profiler
 
     if steps < 1 or warmup < 0:
         raise GraphError(f"steps must be >= 1 and warmup >= 0, got {steps}, {warmup}")
@@ -290,7 +281,7 @@ def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
         tf.profiler.experimental.start(logdir)
         try:
             for i in range(steps):
-                with tf.profiler.experimental.Trace("tictac_step", step_num=i, _r=1):
+                with tf.profiler.experimental.Trace(STEP_MARKER, step_num=i, _r=1):
                     out = fn(*args)
                     _block(out)
                 if progress:
@@ -300,10 +291,7 @@ def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
         files = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
         if not files:
             raise GraphError(f"the profiler wrote no .xplane.pb under {logdir}")
-        xplane_pb2 = _xplane_module()
-        space = xplane_pb2.XSpace()
-        with open(files[0], "rb") as f:
-            space.ParseFromString(f.read())
+        space = tf_profiler.read_xspace(files[0])
     finally:
         shutil.rmtree(logdir, ignore_errors=True)
     per_step = [_attribute_rewrites(totals, known)
@@ -352,22 +340,15 @@ def _block(out: Any) -> None:
 
 def _op_times_per_step(space: Any, steps: int) -> list[dict[str, float]]:
     """Per step: op node name -> summed kernel seconds, from an XSpace."""
+    from patches import tf_profiler
+
     windows: list[tuple[int, int]] = []
     events: list[tuple[int, str, int]] = []       # (start ps, node name, duration ps)
-    for plane in space.planes:
-        if not plane.name.startswith("/host:"):
-            continue
-        meta = plane.event_metadata
-        for line in plane.lines:
-            base = line.timestamp_ns * 1000
-            for e in line.events:
-                md = meta[e.metadata_id]
-                start = base + e.offset_ps
-                if md.name == "tictac_step":
-                    windows.append((start, start + e.duration_ps))
-                elif md.display_name and md.name.endswith(":" + md.display_name):
-                    events.append((start, md.name[: -len(md.display_name) - 1],
-                                   e.duration_ps))
+    for kind, name, start, duration in tf_profiler.host_events(space, STEP_MARKER):
+        if kind == "marker":
+            windows.append((start, start + duration))
+        else:
+            events.append((start, name, duration))
     if len(windows) != steps:
         raise GraphError(f"profiler trace has {len(windows)} step windows, expected {steps}")
     windows.sort()

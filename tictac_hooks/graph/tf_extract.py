@@ -193,7 +193,7 @@ def graph_from_partition_graphs(partition_graphs: Sequence[Any], worker: str | N
 
 def _node_bytes(node: Any) -> int | None:
     """Bytes of a node's single output from ``_output_shapes`` and a dtype attr."""
-    from tensorflow.python.framework import dtypes
+    import tensorflow as tf
 
     dtype_attr = next((k for k in ("tensor_type", "dtype", "T") if k in node.attr), None)
     if dtype_attr is None or "_output_shapes" not in node.attr:
@@ -202,7 +202,7 @@ def _node_bytes(node: Any) -> int | None:
     if len(shapes) != 1 or shapes[0].unknown_rank or any(d.size < 0 for d in shapes[0].dim):
         return None
     try:
-        size = dtypes.as_dtype(node.attr[dtype_attr].type).size
+        size = tf.dtypes.as_dtype(node.attr[dtype_attr].type).size
     except (TypeError, ValueError):
         return None
     count = 1
