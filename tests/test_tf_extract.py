@@ -261,6 +261,10 @@ def test_step_stats_oracle_from_the_same_run(graph_mode_run):
     assert {t.name for t in transfers} == {r.name for r in ext.graph.recvs}
     assert len(transfers) == 3 * 3
     assert sorted(oracle.recv_bytes_from_transfers(transfers).values()) == [64, 128, 256]
+    # Partition graphs carry no shapes; sizes come from the transfer records.
+    assert all(r.bytes is None for r in ext.graph.recvs)
+    sized = tf_extract.with_recv_bytes(ext.graph, oracle.recv_bytes_from_transfers(transfers))
+    assert sized.summary()["param_bytes"] == (4 * 16 + 16 + 16 * 2) * 4
     recv_times = oracle.recv_times_from_transfers(transfers)
     assert set(recv_times) == {r.name for r in ext.graph.recvs}
     timed = ext.graph.with_times({**times, **recv_times}, default=0.0)

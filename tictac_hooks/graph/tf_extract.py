@@ -111,7 +111,10 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
       fed by a ``_Send`` on another device of the same task depends on that send
       (joined by ``tensor_name``); recvs from other non-PS tasks and client feeds are
       compute ops without inputs. ``bytes`` of a recv comes from its ``_output_shapes``
-      and ``tensor_type`` attrs when both are present, else None.
+      and ``tensor_type`` attrs when both are present, else None -- which is what TF
+      2.21 gives (partition graphs carry no shapes, even with
+      ``GraphOptions.infer_shapes``); fill them from the step's transfer records with
+      :func:`with_recv_bytes` and ``oracle.recv_bytes_from_transfers``.
 
     Raises:
       GraphError: no partition graphs, no such worker, or a malformed graph.
@@ -189,6 +192,12 @@ def graph_from_partition_graphs(partition_graphs: Sequence[Any], worker: str | N
                                 ps_job: str = "ps") -> Graph:
     """The worker's iteration DAG; see :func:`extract_partition_graphs`."""
     return extract_partition_graphs(partition_graphs, worker, ps_job).graph
+
+
+def with_recv_bytes(graph: Graph, recv_bytes: Mapping[str, int]) -> Graph:
+    """A copy of ``graph`` whose recvs named in ``recv_bytes`` get those sizes."""
+    return Graph([dataclasses.replace(op, bytes=int(recv_bytes[op.name]))
+                  if op.is_recv and op.name in recv_bytes else op for op in graph.ops])
 
 
 def _node_bytes(node: Any) -> int | None:
