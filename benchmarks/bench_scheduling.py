@@ -35,18 +35,30 @@ def best_of(repeat, fn, *args):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--layers", default="45,90,180,360,720")
+    parser.add_argument("--layers", default="45,90,180,360,720",
+                        help="synthetic ResNet-shaped training graphs, one recv per layer")
+    parser.add_argument("--models", default="",
+                        help="also real keras.applications training graphs, e.g. ResNet152 "
+                             "(compute measured on this CPU, transfers at 1 Gbit/s)")
     args = parser.parse_args()
-    print(f"{'recvs':>6} {'ops':>7} {'classes':>8} {'TIC s':>8} {'TAC s':>8} "
+    graphs = [(f"synthetic-{n}", lambda n=n: resnet_like_training(n))
+              for n in (int(x) for x in args.layers.split(",") if x)]
+    for name in (m for m in args.models.split(",") if m):
+        def real(name=name):
+            from tictac_hooks.graph.analyze import analyzed_graph
+            return analyzed_graph(name, training=True, batch_size=4,
+                                  bandwidth_bytes_per_s=125e6, progress=False)
+        graphs.append((name, real))
+    print(f"{'graph':<15} {'recvs':>6} {'ops':>7} {'classes':>8} {'TIC s':>8} {'TAC s':>8} "
           f"{'E tic':>6} {'E tac':>6} {'E rand':>6} {'E* tic':>6} {'E* tac':>6}")
-    for layers in [int(x) for x in args.layers.split(",")]:
-        g = resnet_like_training(layers)
+    for label, build in graphs:
+        g = build()
         k = DependencyClasses.of(g).member.shape[0]
         t_tic, s_tic = best_of(args.repeat, tic, g)
         t_tac, s_tac = best_of(args.repeat, tac, g)
         runs = [simulate(g, s) for s in (s_tic, s_tac)]
         e_rand = sum(simulate(g, None, seed=i).efficiency for i in range(5)) / 5
-        print(f"{len(g.recvs):>6} {len(g):>7} {k:>8} {t_tic:>8.3f} {t_tac:>8.3f} "
+        print(f"{label:<15} {len(g.recvs):>6} {len(g):>7} {k:>8} {t_tic:>8.3f} {t_tac:>8.3f} "
               f"{runs[0].efficiency:>6.3f} {runs[1].efficiency:>6.3f} {e_rand:>6.3f} "
               f"{runs[0].dependency_efficiency:>6.3f} {runs[1].dependency_efficiency:>6.3f}",
               flush=True)

@@ -178,3 +178,17 @@ def test_tac_needs_times():
 def test_unknown_algorithm():
     with pytest.raises(ValueError, match="unknown algorithm 'fastest'.*tic, tac"):
         compute_order(random_dag(0), "fastest")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_tac_fast_path_equals_the_full_tournament(seed, monkeypatch):
+    """The O(n) fast path picks exactly what the full Eq. 6 tournament picks."""
+    import tictac_hooks.graph.algorithms as algorithms
+    rng = np.random.default_rng(seed)
+    g = random_dag(seed, n_recvs=int(rng.integers(3, 15)), n_compute=int(rng.integers(5, 40)),
+                   channels=int(rng.integers(1, 3)))
+    # Integer times make Eq. 6 ties (and its non-transitive cases) common.
+    g = g.with_times({op.name: float(rng.integers(0, 4)) for op in g.ops})
+    fast = tac(g)
+    monkeypatch.setattr(algorithms, "_tac_fast_pick", lambda *a: None)
+    assert tac(g) == fast

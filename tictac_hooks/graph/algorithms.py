@@ -41,10 +41,15 @@ def tac(graph: Graph) -> Schedule:
     Comparator (Johnson's two-machine rule, Eq. 6): for recvs A, B let
     a = min(P_B, M_A), b = min(P_A, M_B); A goes first iff a < b, and on a == b iff
     M+_A < M+_B. This pairwise rule need not be transitive (ties in ``a == b`` across
-    Johnson's two sets), so "the minimum" is taken as the recv that the fewest others
-    beat (its Copeland minimum): exactly Eq. 6's minimum whenever one exists. Remaining
-    ties go to Johnson's sequence key (M < P first by ascending M, then by descending
-    P), then to graph order.
+    Johnson's two sets), so "the minimum" is defined as the first recv by
+    (losses, Johnson key, M+, graph order), where losses counts the recvs that Eq. 6
+    puts strictly before it (a Copeland minimum) and Johnson's key sorts comm < compute
+    recvs by ascending M, then the rest by descending P. Where Eq. 6 has a minimum
+    (nobody beats it) this is exactly that minimum.
+
+    Fast path: Eq. 6 strict preferences agree with Johnson's key, so the key-first recv
+    is checked against all others in O(n); only if something beats it (rare) is the
+    full O(n^2) tournament run. M+ is computed only for the recvs a decision needs.
     """
     classes = DependencyClasses.of(graph)
     state = OutstandingState(classes)
@@ -54,21 +59,53 @@ def tac(graph: Graph) -> Schedule:
     names = []
     for _ in range(n):
         p_all = state.directly_dependent_load()
-        m_plus_all = state.impending_comm_load()
-        m, p, m_plus = comm[alive], p_all[alive], m_plus_all[alive]
-        # a[i, j] = min(P_j, M_i): the Eq. 6 "a" with A = i, B = j; "b" is its transpose.
-        a = np.minimum(p[None, :], m[:, None])
-        b = a.T
-        first = (a < b) | ((a == b) & (m_plus[:, None] < m_plus[None, :]))
-        losses = first.sum(axis=0)
+        m, p = comm[alive], p_all[alive]
         johnson_set = (m >= p).astype(np.int8)      # 0: comm < compute; 1: otherwise
         johnson_value = np.where(johnson_set == 0, m, -p)
-        pick = np.lexsort((alive, johnson_value, johnson_set, losses))[0]
+        pick = _tac_fast_pick(state, alive, m, p, johnson_set, johnson_value)
+        if pick is None:
+            pick = _tac_tournament_pick(state, alive, m, p, johnson_set, johnson_value)
         r = int(alive[pick])
         names.append(graph.recvs[r].name)
         state.complete(r)
         alive = np.delete(alive, pick)
     return Schedule.from_order("tac", names)
+
+
+def _tac_fast_pick(state: OutstandingState, alive: np.ndarray, m: np.ndarray,
+                   p: np.ndarray, johnson_set: np.ndarray, johnson_value: np.ndarray
+                   ) -> int | None:
+    """The key-first recv if no other recv beats it under Eq. 6, else None."""
+    first = np.lexsort((alive, johnson_value, johnson_set))[0]
+    group = np.flatnonzero((johnson_set == johnson_set[first])
+                           & (johnson_value == johnson_value[first]))
+    if group.size > 1:  # equal Johnson keys: M+ then graph order (alive is sorted)
+        first = group[state.argmin_impending(alive[group])[0]]
+    # y beats x iff min(P_x, M_y) < min(P_y, M_x), or equal and M+_y < M+_x.
+    lhs = np.minimum(p[first], m)
+    rhs = np.minimum(p, m[first])
+    if np.any(lhs < rhs):
+        return None
+    tied = np.flatnonzero(lhs == rhs)
+    tied = tied[tied != first]
+    if tied.size:
+        m_plus_first = state.impending_comm_load(alive[[first]])[0]
+        if state.any_impending_below(alive[tied], m_plus_first):
+            return None
+    return int(first)
+
+
+def _tac_tournament_pick(state: OutstandingState, alive: np.ndarray, m: np.ndarray,
+                         p: np.ndarray, johnson_set: np.ndarray, johnson_value: np.ndarray
+                         ) -> int:
+    """The Copeland minimum of the full Eq. 6 tournament over the outstanding recvs."""
+    m_plus = state.impending_comm_load(alive)
+    # a[i, j] = min(P_j, M_i): the Eq. 6 "a" with A = i, B = j; "b" is its transpose.
+    a = np.minimum(p[None, :], m[:, None])
+    b = a.T
+    first = (a < b) | ((a == b) & (m_plus[:, None] < m_plus[None, :]))
+    losses = first.sum(axis=0)
+    return int(np.lexsort((alive, m_plus, johnson_value, johnson_set, losses))[0])
 
 
 def random_order(graph: Graph, seed: int = 0) -> Schedule:

@@ -96,6 +96,7 @@ class OutstandingState:
         self.index_sum = m @ np.arange(n, dtype=np.float64)            # names the single r
         # Classes whose count is <= 1 never contribute to M+ again (counts only fall).
         self._plus_rows = np.flatnonzero(self.count > 1)
+        self._member_f32 = classes.member.astype(np.float32)  # for matrix-vector tests
 
     def complete(self, r: int) -> None:
         """Marks recv r as no longer outstanding (Algorithm 3: R <- R \\ {r})."""
@@ -114,11 +115,36 @@ class OutstandingState:
         return np.bincount(owner, weights=self.c.compute_time[single],
                            minlength=self.outstanding.size)
 
-    def impending_comm_load(self) -> np.ndarray:
-        """M+ for every recv (+inf where no op depends on it and another outstanding recv)."""
+    def impending_comm_load(self, recvs: np.ndarray | None = None) -> np.ndarray:
+        """M+ for every recv, or for the recv indices ``recvs`` only (+inf where no op
+        depends on it and on another outstanding recv)."""
         rows = self._plus_rows
-        n = self.outstanding.size
-        if rows.size == 0:
-            return np.full(n, np.inf)
-        member = self.c.member[rows]
+        width = self.outstanding.size if recvs is None else len(recvs)
+        if rows.size == 0 or width == 0:
+            return np.full(width, np.inf)
+        member = self.c.member[rows] if recvs is None else self.c.member[np.ix_(rows, recvs)]
         return np.where(member, self.load[rows, None], np.inf).min(axis=0)
+
+    def _rows_touching(self, recvs: np.ndarray) -> np.ndarray:
+        """Indices of M+-relevant classes (count > 1) that contain any of ``recvs``."""
+        indicator = np.zeros(self.outstanding.size, dtype=np.float32)
+        indicator[recvs] = 1.0
+        rows = self._plus_rows
+        hits = self._member_f32[rows] @ indicator if rows.size < self.count.size // 2 \
+            else (self._member_f32 @ indicator)[rows]
+        return rows[hits > 0]
+
+    def argmin_impending(self, recvs: np.ndarray) -> np.ndarray:
+        """Positions in ``recvs`` whose M+ is the smallest among ``recvs`` (all of them
+        when every M+ is inf). One matrix-vector product instead of M+ per recv."""
+        rows = self._rows_touching(recvs)
+        if rows.size == 0:
+            return np.arange(len(recvs))
+        best = self.load[rows].min()
+        at_best = rows[self.load[rows] == best]
+        return np.flatnonzero(self.c.member[np.ix_(at_best, recvs)].any(axis=0))
+
+    def any_impending_below(self, recvs: np.ndarray, threshold: float) -> bool:
+        """Whether any of ``recvs`` has M+ < ``threshold``."""
+        rows = self._rows_touching(recvs)
+        return bool(rows.size) and bool(self.load[rows].min() < threshold)
