@@ -1,0 +1,183 @@
+"""`tictac ps`, `tictac server` and `tictac schedule install|clear|stats|trace`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+
+from tictac_hooks.graph.schedule import Schedule
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "ps", help="run a PS task behind the TicTac rendezvous",
+        description="Start this PS task's TensorFlow server on a private port and the "
+                    "TicTac rendezvous on the address the cluster spec names for it.")
+    _task_arguments(p)
+    p.add_argument("--private-port", type=int, default=0,
+                   help="the TensorFlow server's own port (default: a free one)")
+    p.add_argument("--bind-host", default="127.0.0.1",
+                   help="where the rendezvous listens (default 127.0.0.1; 0.0.0.0 to "
+                        "serve other machines)")
+    p.add_argument("--skip-after", type=float, default=0.5, metavar="SECONDS",
+                   help="skip a scheduled transfer that has not come this long after the "
+                        "last hand-back while later ones wait (default 0.5)")
+    p.add_argument("--no-rendezvous", action="store_true",
+                   help="run a plain TensorFlow server on the cluster-spec address")
+    p.set_defaults(func=_ps, job="ps")
+
+    p = sub.add_parser(
+        "server", help="run a plain TensorFlow server task (e.g. a worker)",
+        description="Start a tf.distribute.Server for one task of the cluster and block.")
+    _task_arguments(p)
+    p.add_argument("--job", default="worker", help="job name (default worker)")
+    p.set_defaults(func=_server)
+
+    p = sub.add_parser(
+        "schedule", help="install, clear or read the schedule at PS rendezvous",
+        description="Talk to the TicTac rendezvous of one or more PS tasks.")
+    ssub = p.add_subparsers(dest="schedule_command", metavar="ACTION")
+    ssub.required = True
+    for name, help_text, func in (
+            ("install", "install an order file on every --ps", _install),
+            ("clear", "remove the schedule from every --ps", _clear),
+            ("stats", "print per-step stats of every --ps as JSON", _stats),
+            ("trace", "write the transfer timeline as Chrome/Perfetto trace JSON", _trace)):
+        q = ssub.add_parser(name, help=help_text, description=help_text)
+        q.add_argument("--ps", action="append", required=True, metavar="HOST:PORT",
+                       help="a PS address from the cluster spec (repeat for every PS)")
+        q.add_argument("--timeout", type=float, default=10.0,
+                       help="seconds per call (default 10)")
+        if name == "install":
+            q.add_argument("order", metavar="ORDER.json",
+                           help="order JSON {algorithm, order, priority} or name<TAB>priority lines")
+        if name == "trace":
+            q.add_argument("--output", "-o", required=True, metavar="TRACE.json")
+        q.set_defaults(func=func)
+
+
+def _task_arguments(p: argparse.ArgumentParser) -> None:
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--cluster-spec", metavar="JSON",
+                     help='cluster spec as JSON ({"ps": [...], "worker": [...]}) or a file')
+    how.add_argument("--tf-config", nargs="?", const="", metavar="JSON",
+                     help="read cluster and task from TF_CONFIG (or from this JSON)")
+    p.add_argument("--task-index", type=int, default=None,
+                   help="this task's index in its job (default 0, or TF_CONFIG's)")
+
+
+def _cluster(args: argparse.Namespace) -> tuple[dict, str, int]:
+    from tictac_hooks.enforce.server import cluster_from_tf_config
+
+    if args.cluster_spec is not None:
+        text = args.cluster_spec
+        if not text.lstrip().startswith("{"):
+            with open(text) as f:
+                text = f.read()
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--cluster-spec is not valid JSON: {e}") from None
+        if not isinstance(spec, dict) or args.job not in spec:
+            raise ValueError(f"--cluster-spec has no job {args.job!r}: {spec!r}")
+        return spec, args.job, args.task_index or 0
+    spec, job, index = cluster_from_tf_config(args.tf_config or None)
+    if job != args.job:
+        raise ValueError(f"TF_CONFIG says this task is {job!r}, not {args.job!r}")
+    return spec, job, index if args.task_index is None else args.task_index
+
+
+def _ps(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
+    from tictac_hooks.enforce.gate import Gate
+    from tictac_hooks.enforce.server import TicTacServer
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    spec, job, index = _cluster(args)
+    if args.no_rendezvous:
+        server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job,
+                                      task_index=index, protocol="grpc")
+        print(f"tictac ps: plain TensorFlow server {job}:{index} on "
+              f"{spec[job][index]}", flush=True)
+        server.join()
+        return 0
+    server = TicTacServer(spec, job_name=job, task_index=index,
+                          private_port=args.private_port, bind_host=args.bind_host,
+                          gate=Gate(skip_after_s=args.skip_after))
+    print(f"tictac ps: {job}:{index} rendezvous on {server.rendezvous.address}, "
+          f"TensorFlow server on {server.private_address}", flush=True)
+    server.join()
+    return 0
+
+
+def _server(args: argparse.Namespace) -> int:
+    import tensorflow as tf
+
+    spec, job, index = _cluster(args)
+    server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job,
+                                  task_index=index, protocol="grpc")
+    print(f"tictac server: {job}:{index} on {spec[job][index]}", flush=True)
+    server.join()
+    return 0
+
+
+def _install(args: argparse.Namespace) -> int:
+    from tictac_hooks.enforce.client import install_everywhere
+
+    schedule = Schedule.load(args.order)
+    results = install_everywhere(args.ps, schedule, timeout_s=args.timeout)
+    for address, r in results.items():
+        print(f"{address}: schedule version {r.version} ({schedule.algorithm}), "
+              f"{r.expected} of {r.transfers} transfers enforced", file=sys.stderr)
+        if r.unmatched:
+            print(f"{address}: warning: {len(r.unmatched)} scheduled transfers were never "
+                  f"served by this PS, e.g. {r.unmatched[0]!r}", file=sys.stderr)
+    print(json.dumps({a: r.to_json() for a, r in results.items()}, indent=1))
+    return 0
+
+
+def _clear(args: argparse.Namespace) -> int:
+    from tictac_hooks.enforce.client import clear_everywhere
+
+    clear_everywhere(args.ps, timeout_s=args.timeout)
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from tictac_hooks.enforce.client import stats_everywhere
+
+    json.dump(stats_everywhere(args.ps, timeout_s=args.timeout), sys.stdout, indent=1)
+    print()
+    return 0
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from tictac_hooks.enforce.client import stats_everywhere
+    from tictac_hooks.enforce.trace import write_chrome_trace
+
+    write_chrome_trace(stats_everywhere(args.ps, timeout_s=args.timeout), args.output)
+    return 0
+
+
+def main(argv=None) -> int:
+    """`python -m tictac_hooks.enforce.cli ...`: these subcommands without the rest of
+    the `tictac` command (used by the local-cluster launcher)."""
+    parser = argparse.ArgumentParser(prog="tictac")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, OSError, ConnectionError) as e:
+        print(f"tictac {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.exit(main())

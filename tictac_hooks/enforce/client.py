@@ -1,0 +1,161 @@
+"""Python client for the rendezvous's control service (``/tictac.Rendezvous/*``).
+
+Example:
+  from tictac_hooks.enforce.client import RendezvousClient, install_everywhere
+  from tictac_hooks.graph.schedule import Schedule
+  results = install_everywhere(["127.0.0.1:2222"], Schedule.load("order.json"))
+  stats = RendezvousClient("127.0.0.1:2222").stats()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Iterable, Sequence
+
+import grpc
+
+from tictac_hooks.enforce.gate import InstallResult
+from tictac_hooks.enforce.rendezvous import CONTROL_PREFIX
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
+
+
+class RendezvousError(ConnectionError):
+    """The control service could not be reached, or refused a request."""
+
+
+class RendezvousClient:
+    """Talks to one PS's rendezvous at ``address`` (the PS's address in the cluster spec).
+
+    Args:
+      address: ``HOST:PORT``.
+      timeout_s: per call (default 10 s).
+    """
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(
+            address, options=[("grpc.max_receive_message_length", -1)])
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "RendezvousClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _call(self, verb: str, body: dict[str, Any] | None = None) -> Any:
+        method = self._channel.unary_unary(CONTROL_PREFIX + verb)
+        try:
+            reply = method(json.dumps(body or {}).encode(), timeout=self.timeout_s,
+                           wait_for_ready=False)
+        except grpc.RpcError as e:
+            code = e.code()
+            if code == grpc.StatusCode.INVALID_ARGUMENT:
+                raise ScheduleError(f"rendezvous at {self.address}: {e.details()}") from None
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                raise RendezvousError(
+                    f"{self.address} answers gRPC but has no TicTac rendezvous (is it a "
+                    "plain TensorFlow server? start PS tasks with `tictac ps`)") from None
+            raise RendezvousError(
+                f"cannot reach the TicTac rendezvous at {self.address}: {code.name}: "
+                f"{e.details()}; is the PS running, and is this its address in the "
+                "cluster spec?") from None
+        return json.loads(reply.decode())
+
+    def ping(self) -> bool:
+        return bool(self._call("Ping").get("ok"))
+
+    def install(self, schedule: Schedule) -> InstallResult:
+        """Installs ``schedule``; steps starting after this run under it."""
+        r = self._call("Install", {"schedule": schedule.to_json()})
+        return InstallResult(r["version"], r["transfers"], r["expected"],
+                             tuple(r["unmatched"]), r["served"])
+
+    def clear(self) -> int:
+        """Removes the schedule; returns the new version number."""
+        return int(self._call("Clear")["version"])
+
+    def stats(self, include_active: bool = True) -> dict[str, Any]:
+        """Totals plus ``steps``: one record per (step_id, worker), oldest first, each
+        with ``order`` (names in hand-back order), ``transfers`` (name, state, priority,
+        bytes, arrive/ready/handback wall-clock times), ``skipped``, ``violations``,
+        ``unlisted``, ``start``/``end``."""
+        return self._call("Stats", {"include_active": include_active})
+
+    def served_names(self) -> list[str]:
+        """Every transfer name this PS has served (what a schedule can name)."""
+        return list(self._call("Served")["names"])
+
+
+def install_everywhere(addresses: Sequence[str], schedule: Schedule,
+                       timeout_s: float = 10.0) -> dict[str, InstallResult]:
+    """Installs ``schedule`` on every PS. Raises ScheduleError when the PSes have served
+    transfers and none of them matches any scheduled name (a schedule for another
+    model?)."""
+    results = {}
+    for address in addresses:
+        with RendezvousClient(address, timeout_s) as client:
+            results[address] = client.install(schedule)
+    check_matches(schedule, results.values())
+    return results
+
+
+def check_matches(schedule: Schedule, results: Iterable[InstallResult]) -> None:
+    results = list(results)
+    if not any(r.served for r in results):
+        return  # nothing served yet: cannot tell
+    if not any(r.expected for r in results if r.served):
+        example = schedule.order[0] if schedule.order else "(empty)"
+        raise ScheduleError(
+            f"none of the {len(schedule)} scheduled transfers (e.g. {example!r}) is a "
+            "transfer these PSes have served; was the schedule computed for another "
+            "model? `tictac schedule stats` lists the names they serve")
+
+
+def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> None:
+    for address in addresses:
+        with RendezvousClient(address, timeout_s) as client:
+            client.clear()
+
+
+def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> dict[str, Any]:
+    """Stats of every PS, merged: ``{"ps": {address: summary}, "steps": [...]}`` with
+    each step record naming its ``ps``."""
+    merged: dict[str, Any] = {"ps": {}, "steps": []}
+    for address in addresses:
+        with RendezvousClient(address, timeout_s) as client:
+            stats = client.stats()
+        steps = stats.pop("steps")
+        merged["ps"][address] = stats
+        merged["steps"] += [dict(s, ps=address) for s in steps]
+    return merged
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTiming:
+    """One worker's transfers of one step at one PS: span = last hand-back - first
+    arrival."""
+
+    step_id: int
+    worker: str
+    ps: str
+    start: float
+    end: float
+    bytes: int
+    transfers: int
+    skips: int
+
+    @property
+    def span_s(self) -> float:
+        return self.end - self.start
+
+
+def step_timings(stats: dict[str, Any]) -> list[StepTiming]:
+    """Per (step, worker, PS) transfer spans from :func:`stats_everywhere` output."""
+    return [StepTiming(s["step_id"], s["worker"], s.get("ps", stats.get("ps", "")),
+                       s["start"], s["end"], s["bytes"], len(s["order"]), s["skips"])
+            for s in stats["steps"] if s["order"]]

@@ -1,0 +1,405 @@
+"""The ordering gate: per (step, destination) counters that release transfers in priority
+order (paper section 5), never waiting forever.
+
+Pure asyncio, no gRPC: the rendezvous server calls it for every RecvTensor. A transfer
+with (local) priority ``p`` is handed back once ``p`` transfers of its (step_id,
+destination device) have been handed back or skipped; the counter advances at the moment
+a transfer is handed back. A listed transfer that does not come within ``skip_after_s``
+of the counter's last advance, while later ones wait, is skipped and counted; one that was
+skipped in ``presume_absent_after`` consecutive steps is skipped at once from then on
+(still counted), so a schedule that names a transfer that never happens costs one bound,
+not one per step. Unlisted transfers pass straight through. State per step is freed:
+at most ``max_active_steps`` steps are tracked, and ``history`` finished (step, worker)
+records are kept for stats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import heapq
+import itertools
+import time
+from typing import Any, Callable
+
+from tictac_hooks.graph.schedule import Schedule
+
+# Ticket.state values.
+PASS = "pass"          # not listed: straight through
+LISTED = "listed"      # listed and expected here: waits for its turn
+LATE = "late"          # listed, but its slot was already skipped: straight through
+UNEXPECTED = "unexpected"  # listed, but not a transfer this PS served when installed
+DUPLICATE = "duplicate"    # a second transfer of the same name in one step
+
+
+@dataclasses.dataclass(frozen=True)
+class InstallResult:
+    """What :meth:`Gate.install` did.
+
+    Attributes:
+      version: the new schedule version (steps bind to it at their first transfer).
+      transfers: how many transfers the schedule names.
+      expected: how many of them this PS will enforce (those it has served so far, or
+        all of them when it has served none yet).
+      unmatched: scheduled names this PS has not served (empty if it served none yet).
+      served: how many distinct transfer names this PS has served so far.
+    """
+
+    version: int
+    transfers: int
+    expected: int
+    unmatched: tuple[str, ...]
+    served: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"unmatched": list(self.unmatched)}
+
+
+class _Installed:
+    """One installed schedule, restricted to the transfers this PS serves."""
+
+    __slots__ = ("version", "algorithm", "priority", "names_by_priority", "size", "listed")
+
+    def __init__(self, version: int, schedule: Schedule, expected: set[str]) -> None:
+        self.version = version
+        self.algorithm = schedule.algorithm
+        names = [n for n in schedule.order if n in expected]
+        # Local priority: how many expected transfers have a strictly smaller priority
+        # (ties stay ties), so the global [0, n) numbers work on a PS serving a subset.
+        self.priority: dict[str, int] = {}
+        below = 0
+        for i, name in enumerate(names):
+            if i and schedule.priority[name] != schedule.priority[names[i - 1]]:
+                below = i
+            self.priority[name] = below
+        self.names_by_priority = tuple(names)
+        self.size = len(names)
+        self.listed = frozenset(schedule.order)
+
+
+class Ticket:
+    """One RecvTensor going through the gate."""
+
+    __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
+                 "t_arrive", "t_ready", "t_handback", "nbytes", "error", "channel")
+
+    def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
+        self.step_id = step_id
+        self.dest = dest
+        self.name = name
+        self.state = PASS
+        self.priority = -1
+        self.seq = 0
+        self.future: asyncio.Future | None = None
+        self.t_arrive = t_arrive
+        self.t_ready = 0.0
+        self.t_handback = 0.0
+        self.nbytes = 0
+        self.error = ""
+        self.channel: _Channel | None = None
+
+    def __lt__(self, other: "Ticket") -> bool:
+        return (self.priority, self.seq) < (other.priority, other.seq)
+
+
+class _Channel:
+    """The counter and records of one (step_id, destination device)."""
+
+    __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
+                 "arrived", "handed", "skipped", "timer", "t_first", "finished")
+
+    def __init__(self, step_id: int, dest: str, installed: _Installed | None) -> None:
+        self.step_id = step_id
+        self.dest = dest
+        self.installed = installed
+        self.counter = 0
+        self.waiters: list[Ticket] = []
+        self.done: set[str] = set()        # expected names handed back or skipped
+        self.cursor = 0                    # into installed.names_by_priority
+        self.arrived: set[str] = set()
+        self.handed: list[Ticket] = []     # in hand-back order
+        self.skipped: list[tuple[str, str, float]] = []  # (name, reason, time)
+        self.timer: asyncio.TimerHandle | None = None
+        self.t_first = 0.0
+        self.finished = False
+
+    def next_missing(self) -> str | None:
+        """The expected transfer with the smallest priority not yet handed back/skipped."""
+        names = self.installed.names_by_priority if self.installed else ()
+        while self.cursor < len(names) and names[self.cursor] in self.done:
+            self.cursor += 1
+        return names[self.cursor] if self.cursor < len(names) else None
+
+    def record(self) -> dict[str, Any]:
+        handed = self.handed
+        listed = self.installed.priority if self.installed else {}
+        return {
+            "step_id": self.step_id,
+            "worker": self.dest,
+            "schedule_version": self.installed.version if self.installed else None,
+            "algorithm": self.installed.algorithm if self.installed else None,
+            "complete": self.finished,
+            "order": [t.name for t in handed],
+            "transfers": [
+                {"name": t.name, "state": t.state, "priority": t.priority,
+                 "bytes": t.nbytes, "arrive": t.t_arrive, "ready": t.t_ready,
+                 "handback": t.t_handback, **({"error": t.error} if t.error else {})}
+                for t in handed],
+            "bytes": sum(t.nbytes for t in handed),
+            "start": min((t.t_arrive for t in handed), default=self.t_first),
+            "end": max((t.t_handback for t in handed), default=self.t_first),
+            "skipped": [{"name": n, "reason": r, "time": tm} for n, r, tm in self.skipped],
+            "skips": len(self.skipped),
+            "violations": sum(1 for t in handed if t.state in (LATE, UNEXPECTED)),
+            "unlisted": [t.name for t in handed if t.state == PASS and t.name not in listed],
+        }
+
+
+class Gate:
+    """Releases RecvTensor responses per (step_id, destination) in schedule order.
+
+    Args:
+      skip_after_s: how long the counter may stand still, while a later transfer waits,
+        before the transfer it waits for is skipped (default 0.5 s).
+      presume_absent_after: after this many consecutive steps in which a transfer was
+        skipped for not coming, skip it at once (default 2; 0 turns this off).
+      max_active_steps: steps tracked at once; older ones are finished (default 64).
+      history: finished (step, worker) records kept for stats (default 256).
+      max_served_names: distinct transfer names remembered (default 100000).
+      clock: wall clock for the records (default time.time).
+    """
+
+    def __init__(self, skip_after_s: float = 0.5, presume_absent_after: int = 2,
+                 max_active_steps: int = 64, history: int = 256,
+                 max_served_names: int = 100_000,
+                 clock: Callable[[], float] = time.time) -> None:
+        if skip_after_s <= 0:
+            raise ValueError(f"skip_after_s must be > 0, got {skip_after_s}")
+        self.skip_after_s = skip_after_s
+        self.presume_absent_after = presume_absent_after
+        self.max_active_steps = max_active_steps
+        self.max_served_names = max_served_names
+        self.clock = clock
+        self._installed: _Installed | None = None
+        self._versions = itertools.count(1)
+        self._seq = itertools.count()
+        self._steps: collections.OrderedDict[int, dict[str, _Channel]] = collections.OrderedDict()
+        self._step_binding: dict[int, _Installed | None] = {}
+        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=history)
+        self._served: set[str] = set()
+        self._absent_streak: dict[str, int] = {}
+        self.totals = collections.Counter()
+
+    # -- schedules -------------------------------------------------------------------
+
+    def install(self, schedule: Schedule) -> InstallResult:
+        """Installs ``schedule``; steps that start from now on run under it."""
+        served = set(self._served)
+        names = set(schedule.order)
+        expected = names & served if served else names
+        unmatched = tuple(n for n in schedule.order if served and n not in served)
+        self._installed = _Installed(next(self._versions), schedule, expected)
+        self._absent_streak.clear()
+        return InstallResult(self._installed.version, len(schedule), len(expected),
+                             unmatched, len(served))
+
+    def clear(self) -> int:
+        """Removes the schedule; steps that start from now on pass straight through."""
+        self._installed = None
+        self._absent_streak.clear()
+        return next(self._versions)
+
+    @property
+    def schedule_version(self) -> int | None:
+        return self._installed.version if self._installed else None
+
+    # -- the transfer path -----------------------------------------------------------
+
+    def arrive(self, step_id: int, dest: str, name: str) -> Ticket:
+        """Registers a RecvTensor request; call before forwarding it upstream."""
+        now = self.clock()
+        ticket = Ticket(step_id, dest, name, now)
+        if len(self._served) < self.max_served_names:
+            self._served.add(name)
+        channel = self._channel(step_id, dest, now)
+        ticket.channel = channel
+        installed = channel.installed
+        priority = installed.priority.get(name) if installed else None
+        if priority is not None:
+            if name in channel.arrived:
+                ticket.state = DUPLICATE
+            elif name in channel.done:
+                ticket.state = LATE
+            else:
+                ticket.state = LISTED
+                ticket.priority = priority
+            channel.arrived.add(name)
+        elif installed is not None and name in installed.listed:
+            ticket.state = UNEXPECTED
+        return ticket
+
+    def ready(self, ticket: Ticket, nbytes: int, error: str = "") -> asyncio.Future | None:
+        """The upstream answered. Returns None if the response may be handed back now,
+        else a future to await first (then call :meth:`handed_back`)."""
+        ticket.t_ready = self.clock()
+        ticket.nbytes = nbytes
+        ticket.error = error
+        channel = ticket.channel
+        if ticket.state == LISTED and ticket.name in channel.done:
+            ticket.state = LATE  # skipped while its upstream call was under way
+        if ticket.state != LISTED or error or ticket.priority <= channel.counter:
+            self._release(channel, ticket)
+            self._pump(channel)
+            return None
+        ticket.seq = next(self._seq)
+        ticket.future = asyncio.get_running_loop().create_future()
+        heapq.heappush(channel.waiters, ticket)
+        self._pump(channel)
+        return ticket.future
+
+    def handed_back(self, ticket: Ticket) -> None:
+        """The response was handed to gRPC (records the time)."""
+        ticket.t_handback = self.clock()
+
+    def abandon(self, ticket: Ticket) -> None:
+        """The call ended without a response (cancelled, or failed before :meth:`ready`)."""
+        channel = ticket.channel
+        if channel is None or channel.finished:
+            return
+        if ticket in channel.waiters:
+            channel.waiters.remove(ticket)
+            heapq.heapify(channel.waiters)
+        if ticket.state == LISTED and ticket.name not in channel.done:
+            self._skip(channel, ticket.name, "cancelled")
+        self._pump(channel)
+
+    # -- stats -----------------------------------------------------------------------
+
+    def records(self, include_active: bool = True) -> list[dict[str, Any]]:
+        """Per (step, worker) records, oldest first: finished ones, then active ones."""
+        out = list(self._history)
+        if include_active:
+            out += [ch.record() for chans in self._steps.values() for ch in chans.values()]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"schedule_version": self.schedule_version,
+                "algorithm": self._installed.algorithm if self._installed else None,
+                "expected": self._installed.size if self._installed else 0,
+                "active_steps": len(self._steps), "history": len(self._history),
+                "served_names": len(self._served), "totals": dict(self.totals)}
+
+    def served_names(self) -> list[str]:
+        return sorted(self._served)
+
+    # -- internals -------------------------------------------------------------------
+
+    def _channel(self, step_id: int, dest: str, now: float) -> _Channel:
+        chans = self._steps.get(step_id)
+        if chans is None:
+            # A step binds to the schedule current at its first transfer (atomic install).
+            chans = self._steps[step_id] = {}
+            self._step_binding[step_id] = self._installed
+            while len(self._steps) > self.max_active_steps:
+                old_step, old = self._steps.popitem(last=False)
+                self._step_binding.pop(old_step, None)
+                for ch in old.values():
+                    self._finish(ch)
+        channel = chans.get(dest)
+        if channel is None:
+            channel = chans[dest] = _Channel(step_id, dest, self._step_binding[step_id])
+            channel.t_first = now
+        return channel
+
+    def _release(self, channel: _Channel, ticket: Ticket) -> None:
+        if ticket.state == LISTED and ticket.name not in channel.done:
+            channel.done.add(ticket.name)
+            channel.counter += 1
+            self._absent_streak.pop(ticket.name, None)
+        channel.handed.append(ticket)
+        self.totals[ticket.state] += 1
+
+    def _skip(self, channel: _Channel, name: str, reason: str) -> None:
+        channel.done.add(name)
+        channel.counter += 1
+        channel.skipped.append((name, reason, self.clock()))
+        self.totals["skipped"] += 1
+        if name not in channel.arrived and reason != "cancelled":
+            self._absent_streak[name] = self._absent_streak.get(name, 0) + 1
+
+    def _pump(self, channel: _Channel) -> None:
+        """Hands back every waiter whose turn has come; skips presumed-absent blockers."""
+        before = channel.counter
+        while True:
+            while channel.waiters and channel.waiters[0].priority <= channel.counter:
+                ticket = heapq.heappop(channel.waiters)
+                self._release(channel, ticket)
+                if not ticket.future.done():
+                    ticket.future.set_result(None)
+            if not channel.waiters or not self.presume_absent_after:
+                break
+            blocker = channel.next_missing()
+            if (blocker is None or blocker in channel.arrived
+                    or self._absent_streak.get(blocker, 0) < self.presume_absent_after):
+                break
+            self._skip(channel, blocker, "absent")
+        if channel.waiters:
+            if channel.timer is None or channel.counter != before:
+                self._arm(channel)
+        elif channel.timer is not None:
+            channel.timer.cancel()
+            channel.timer = None
+        if (channel.installed is not None and not channel.waiters
+                and len(channel.done) >= channel.installed.size):
+            channel.finished = True
+
+    def _arm(self, channel: _Channel) -> None:
+        if channel.timer is not None:
+            channel.timer.cancel()
+        loop = asyncio.get_running_loop()
+        channel.timer = loop.call_later(self.skip_after_s, self._on_stall, channel)
+
+    def _on_stall(self, channel: _Channel) -> None:
+        channel.timer = None
+        if not channel.waiters:
+            return
+        blocker = channel.next_missing()
+        if blocker is None:  # cannot happen with competition-ranked priorities
+            blocker = channel.waiters[0].name
+        self._skip(channel, blocker, "timeout" if blocker not in channel.arrived else "slow")
+        self._pump(channel)
+        if channel.waiters and channel.timer is None:
+            self._arm(channel)
+
+    def _finish(self, channel: _Channel) -> None:
+        """Frees a channel: hands back anything still waiting, keeps its record."""
+        if channel.timer is not None:
+            channel.timer.cancel()
+            channel.timer = None
+        while channel.waiters:
+            ticket = heapq.heappop(channel.waiters)
+            self._release(channel, ticket)
+            if not ticket.future.done():
+                ticket.future.set_result(None)
+        self._history.append(channel.record())
+        channel.finished = True
+
+
+def strip_edge_prefix(sending_node: str) -> str:
+    """``edge_74_sequential/d1/MatMul/ReadVariableOp`` -> ``sequential/d1/MatMul/ReadVariableOp``."""
+    if sending_node.startswith("edge_"):
+        head, sep, rest = sending_node[5:].partition("_")
+        if sep and head.isdigit():
+            return rest
+    return sending_node
+
+
+def parse_rendezvous_key(key: str) -> tuple[str, str]:
+    """(transfer name, destination device) of a rendezvous key
+    ``src;incarnation;dst;edge_<n>_<name>;frame:iter``."""
+    parts = key.split(";")
+    if len(parts) < 4:
+        return key, ""
+    return strip_edge_prefix(parts[3]), parts[2]
+

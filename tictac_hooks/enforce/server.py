@@ -1,0 +1,146 @@
+"""A drop-in for ``tf.distribute.Server`` for PS tasks: the TensorFlow server binds a
+private port, the TicTac rendezvous listens on the address the cluster spec names.
+
+TensorFlow is imported when a server is built, not at module import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any, Mapping
+
+from tictac_hooks.enforce.gate import Gate
+from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+
+DEFAULT_BIND_HOST = "127.0.0.1"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free a moment ago (the caller binds it soon after)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def cluster_from_tf_config(tf_config: str | Mapping[str, Any] | None = None
+                           ) -> tuple[dict[str, list[str]], str, int]:
+    """(cluster spec, job name, task index) from TF_CONFIG (a JSON string or dict;
+    default: the TF_CONFIG environment variable)."""
+    if tf_config is None:
+        tf_config = os.environ.get("TF_CONFIG")
+        if not tf_config:
+            raise ValueError("TF_CONFIG is not set; pass --cluster-spec and --task-index "
+                             "or set TF_CONFIG to {\"cluster\": ..., \"task\": ...}")
+    if isinstance(tf_config, str):
+        try:
+            tf_config = json.loads(tf_config)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
+    try:
+        cluster = dict(tf_config["cluster"])
+        task = tf_config["task"]
+        return cluster, task["type"], int(task["index"])
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("TF_CONFIG must look like {\"cluster\": {\"ps\": [...], ...}, "
+                         "\"task\": {\"type\": \"ps\", \"index\": 0}}") from None
+
+
+class TicTacServer:
+    """A ``tf.distribute.Server`` with the TicTac rendezvous in front of it.
+
+    The TensorFlow server binds ``private_port`` (``ServerDef.port``); the rendezvous
+    listens on this task's address in the cluster spec (port from the spec, host
+    ``bind_host``) and forwards everything to the TensorFlow server.
+
+    Args:
+      server_or_cluster_def: a ``tf.train.ClusterSpec``, ``ClusterDef``, ``ServerDef``
+        or dict job -> list of addresses, as for ``tf.distribute.Server``.
+      job_name: default "ps".
+      task_index: default 0.
+      protocol: default "grpc" (the rendezvous needs gRPC).
+      config: a ``tf.compat.v1.ConfigProto`` for the TensorFlow server.
+      start: start at once (default True).
+      private_port: the TensorFlow server's own port (default 0: a free one).
+      bind_host: where the rendezvous listens (default "127.0.0.1"; "0.0.0.0" or "[::]"
+        to serve other machines).
+      gate: the ordering gate (default ``Gate()``).
+
+    Example:
+      server = TicTacServer({"ps": ["localhost:2222"], "worker": ["localhost:2223"]},
+                            job_name="ps", task_index=0)
+      server.join()
+    """
+
+    def __init__(self, server_or_cluster_def: Any, job_name: str | None = None,
+                 task_index: int | None = None, protocol: str | None = None,
+                 config: Any = None, start: bool = True, *, private_port: int = 0,
+                 bind_host: str = DEFAULT_BIND_HOST, gate: Gate | None = None) -> None:
+        import tensorflow as tf
+
+        if isinstance(server_or_cluster_def, tf.train.ServerDef):
+            server_def = tf.train.ServerDef()
+            server_def.CopyFrom(server_or_cluster_def)
+        else:
+            if isinstance(server_or_cluster_def, Mapping):
+                server_or_cluster_def = tf.train.ClusterSpec(dict(server_or_cluster_def))
+            elif not isinstance(server_or_cluster_def, tf.train.ClusterSpec):
+                server_or_cluster_def = tf.train.ClusterSpec(server_or_cluster_def)
+            server_def = tf.train.ServerDef(
+                cluster=server_or_cluster_def.as_cluster_def(),
+                job_name=job_name or "ps", task_index=task_index or 0,
+                protocol=protocol or "grpc")
+            if config is not None:
+                server_def.default_session_config.CopyFrom(config)
+        if server_def.protocol not in ("", "grpc"):
+            raise ValueError(f"the TicTac rendezvous needs protocol 'grpc', got "
+                             f"{server_def.protocol!r}")
+        spec = tf.train.ClusterSpec(server_def.cluster)
+        try:
+            public = spec.task_address(server_def.job_name, server_def.task_index)
+        except (KeyError, ValueError):
+            raise ValueError(f"the cluster spec has no task {server_def.job_name}:"
+                             f"{server_def.task_index}: {spec.as_dict()}") from None
+        _, public_port = split_address(public)
+        server_def.port = private_port or free_port()
+        self.server_def = server_def
+        self.public_address = public
+        self.private_address = f"127.0.0.1:{server_def.port}"
+        self._server = tf.distribute.Server(server_def, start=False)
+        host = bind_host if ":" not in bind_host or bind_host.startswith("[") else f"[{bind_host}]"
+        self.rendezvous = Rendezvous(f"{host}:{public_port}", self.private_address, gate=gate)
+        self._thread: RendezvousThread | None = None
+        if start:
+            self.start()
+
+    @property
+    def target(self) -> str:
+        """The public target, ``grpc://<address in the cluster spec>``."""
+        return f"grpc://{self.public_address}"
+
+    @property
+    def gate(self) -> Gate:
+        return self.rendezvous.gate
+
+    def start(self) -> None:
+        self._server.start()
+        if self._thread is None:
+            self._thread = RendezvousThread(self.rendezvous).start()
+
+    def join(self) -> None:
+        """Blocks until the rendezvous stops (the TensorFlow server never stops)."""
+        self._thread.join()
+
+    def stop(self) -> None:
+        """Stops the rendezvous (TensorFlow servers cannot be stopped in-process)."""
+        if self._thread is not None:
+            self._thread.stop()
