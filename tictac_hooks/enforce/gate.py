@@ -82,7 +82,7 @@ class Ticket:
     """One RecvTensor going through the gate."""
 
     __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
-                 "t_arrive", "t_ready", "t_handback", "nbytes", "error", "channel")
+                 "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel")
 
     def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
         self.step_id = step_id
@@ -93,7 +93,7 @@ class Ticket:
         self.seq = 0
         self.future: asyncio.Future | None = None
         self.t_arrive = t_arrive
-        self.t_ready = 0.0
+        self.t_release = 0.0
         self.t_handback = 0.0
         self.nbytes = 0
         self.error = ""
@@ -143,7 +143,7 @@ class _Channel:
             "order": [t.name for t in handed],
             "transfers": [
                 {"name": t.name, "state": t.state, "priority": t.priority,
-                 "bytes": t.nbytes, "arrive": t.t_arrive, "ready": t.t_ready,
+                 "bytes": t.nbytes, "arrive": t.t_arrive, "release": t.t_release,
                  "handback": t.t_handback, **({"error": t.error} if t.error else {})}
                 for t in handed],
             "bytes": sum(t.nbytes for t in handed),
@@ -239,18 +239,12 @@ class Gate:
             ticket.state = UNEXPECTED
         return ticket
 
-    def ready(self, ticket: Ticket, nbytes: int, error: str = "") -> asyncio.Future | None:
-        """The upstream answered. Returns None if the response may be handed back now,
-        else a future to await first (then call :meth:`handed_back`)."""
-        ticket.t_ready = self.clock()
-        ticket.nbytes = nbytes
-        ticket.error = error
+    def request(self, ticket: Ticket) -> asyncio.Future | None:
+        """The request is complete. Returns None if it may be forwarded to the PS now,
+        else a future that is done when it may (its turn, or a skip)."""
         channel = ticket.channel
-        if ticket.state == LISTED and ticket.name in channel.done:
-            ticket.state = LATE  # skipped while its upstream call was under way
-        if ticket.state != LISTED or error or ticket.priority <= channel.counter:
-            self._release(channel, ticket)
-            self._pump(channel)
+        if ticket.state != LISTED or ticket.priority <= channel.counter:
+            ticket.t_release = self.clock()
             return None
         ticket.seq = next(self._seq)
         ticket.future = asyncio.get_running_loop().create_future()
@@ -258,21 +252,28 @@ class Gate:
         self._pump(channel)
         return ticket.future
 
-    def handed_back(self, ticket: Ticket) -> None:
-        """The response was handed to gRPC (records the time)."""
+    def handed_back(self, ticket: Ticket, error: str = "") -> None:
+        """The PS handed the response to gRPC (its first HEADERS frame went out): the
+        counter of the transfer's (step, destination) advances."""
         ticket.t_handback = self.clock()
+        ticket.error = error
+        channel = ticket.channel
+        if ticket.state == LISTED and ticket.name in channel.done:
+            ticket.state = LATE  # skipped while it was on its way
+        self._release(channel, ticket)
+        self._pump(channel)
 
     def abandon(self, ticket: Ticket) -> None:
         """The call ended without a response (cancelled, or failed before :meth:`ready`)."""
         channel = ticket.channel
-        if channel is None or channel.finished:
+        if channel is None:
             return
         if ticket in channel.waiters:
             channel.waiters.remove(ticket)
             heapq.heapify(channel.waiters)
         if ticket.state == LISTED and ticket.name not in channel.done:
             self._skip(channel, ticket.name, "cancelled")
-        self._pump(channel)
+            self._pump(channel)
 
     # -- stats -----------------------------------------------------------------------
 
@@ -334,7 +335,7 @@ class Gate:
         while True:
             while channel.waiters and channel.waiters[0].priority <= channel.counter:
                 ticket = heapq.heappop(channel.waiters)
-                self._release(channel, ticket)
+                ticket.t_release = self.clock()
                 if not ticket.future.done():
                     ticket.future.set_result(None)
             if not channel.waiters or not self.presume_absent_after:
@@ -350,8 +351,7 @@ class Gate:
         elif channel.timer is not None:
             channel.timer.cancel()
             channel.timer = None
-        if (channel.installed is not None and not channel.waiters
-                and len(channel.done) >= channel.installed.size):
+        if channel.installed is not None and len(channel.done) >= channel.installed.size:
             channel.finished = True
 
     def _arm(self, channel: _Channel) -> None:
@@ -367,7 +367,7 @@ class Gate:
         blocker = channel.next_missing()
         if blocker is None:  # cannot happen with competition-ranked priorities
             blocker = channel.waiters[0].name
-        self._skip(channel, blocker, "timeout" if blocker not in channel.arrived else "slow")
+        self._skip(channel, blocker, "slow" if blocker in channel.arrived else "timeout")
         self._pump(channel)
         if channel.waiters and channel.timer is None:
             self._arm(channel)
@@ -379,7 +379,7 @@ class Gate:
             channel.timer = None
         while channel.waiters:
             ticket = heapq.heappop(channel.waiters)
-            self._release(channel, ticket)
+            ticket.t_release = self.clock()
             if not ticket.future.done():
                 ticket.future.set_result(None)
         self._history.append(channel.record())

@@ -32,8 +32,8 @@ def chrome_trace(stats: dict[str, Any]) -> dict[str, Any]:
                 "ts": t["arrive"] * 1e6, "dur": max(t["handback"] - t["arrive"], 0) * 1e6,
                 "args": {"step_id": step["step_id"], "bytes": t["bytes"],
                          "priority": t["priority"],
-                         "upstream_s": t["ready"] - t["arrive"],
-                         "wait_s": max(t["handback"] - t["ready"], 0.0)}})
+                         "held_s": t["release"] - t["arrive"],
+                         "ps_s": max(t["handback"] - t["release"], 0.0)}})
         for s in step.get("skipped", []):
             events.append({"name": f"skip {s['name']}", "cat": "skip", "ph": "i", "s": "t",
                            "pid": pid, "tid": tid, "ts": s["time"] * 1e6,
