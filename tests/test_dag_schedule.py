@@ -104,3 +104,12 @@ def test_per_channel_reranks_each_ps_from_zero():
     per = s.per_channel(g)
     assert dict(per["ps:0"].priority) == {"a": 0, "c": 1}
     assert dict(per["ps:1"].priority) == {"b": 0, "d": 1}
+
+
+def test_with_recvs_only_turns_unreceived_reads_into_free_compute():
+    g = Graph([Op("a", "recv", time=1.0), Op("b", "recv", time=2.0),
+               Op("x", "compute", ("a", "b"), time=1.0)])
+    h = g.with_recvs_only({"a"})
+    assert [o.name for o in h.recvs] == ["a"]
+    assert h["b"].kind == "compute" and h["b"].time == 0.0 and h["b"].channel is None
+    assert h["x"].inputs == ("a", "b")

@@ -130,6 +130,20 @@ class Graph:
             ops.append(dataclasses.replace(op, time=None if t is None else float(t)))
         return Graph(ops)
 
+    def with_recvs_only(self, names: "set[str] | Sequence[str]") -> "Graph":
+        """A copy in which only the recvs in ``names`` stay recvs.
+
+        The others become compute ops taking no time: reads that the graph shows but
+        that never cross the network (e.g. an optimizer's read of a variable on its own
+        PS, feeding an update that runs there). Used once the PSes have reported which
+        transfers a worker really receives.
+        """
+        keep = set(names)
+        ops = [op if op.kind != RECV or op.name in keep
+               else dataclasses.replace(op, kind=COMPUTE, channel=None, time=0.0)
+               for op in self._ops]
+        return Graph(ops)
+
     def summary(self) -> dict[str, Any]:
         n_bytes = [op.bytes for op in self._recvs if op.bytes is not None]
         return {

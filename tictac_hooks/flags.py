@@ -1,0 +1,63 @@
+"""absl flags for TicTac, defined once, here.
+
+Libraries read them only when the program parsed flags (``absl.app.run`` or
+``FLAGS(argv)``); an argument given to :class:`TicTac` or :class:`TicTacHook` always
+wins over a flag, and a flag over the built-in default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from absl import flags
+
+ALGORITHM_CHOICES = ("tic", "tac", "none")
+
+DEFAULTS: dict[str, Any] = {
+    "algorithm": "tic",
+    "profile_steps": 5,
+    "log_dir": None,
+    "skip_timeout": 2.0,
+    "stats_every": 1,
+}
+
+flags.DEFINE_enum(
+    "tictac_algorithm", DEFAULTS["algorithm"], list(ALGORITHM_CHOICES),
+    "Transfer ordering: tic (default; from the computation graph alone), tac (graph plus "
+    "measured op times), none (profile and log only, install no schedule).")
+flags.DEFINE_integer(
+    "tictac_profile_steps", DEFAULTS["profile_steps"],
+    "Steps run in TensorFlow's own order before the schedule is computed and installed "
+    "(default 5). Transfer (and, for tac, compute) times are measured on these steps.",
+    lower_bound=1)
+flags.DEFINE_string(
+    "tictac_log_dir", DEFAULTS["log_dir"],
+    "Directory for TensorBoard step-time summaries and the transfer timeline "
+    "(default: none, nothing written).")
+flags.DEFINE_float(
+    "tictac_skip_timeout", DEFAULTS["skip_timeout"],
+    "Seconds a scheduled transfer may be waited for before the rendezvous skips it and "
+    "releases the next one (default 2.0; it never waits forever).", lower_bound=0.0)
+flags.DEFINE_integer(
+    "tictac_stats_every", DEFAULTS["stats_every"],
+    "Read step statistics from the parameter servers every N epochs (default 1).",
+    lower_bound=1)
+
+
+def setting(name: str, value: Any) -> Any:
+    """The value to use for setting ``name``: the argument if given (not None), else the
+    parsed ``--tictac_<name>`` flag, else the default."""
+    if value is not None:
+        return value
+    flag_values = flags.FLAGS
+    if flag_values.is_parsed() and ("tictac_" + name) in flag_values:
+        return flag_values["tictac_" + name].value
+    return DEFAULTS[name]
+
+
+def check_algorithm(algorithm: str) -> str:
+    if algorithm not in ALGORITHM_CHOICES:
+        raise ValueError(
+            f"unknown TicTac algorithm {algorithm!r}: use one of {', '.join(ALGORITHM_CHOICES)} "
+            "(tic needs only the graph; tac also uses measured op times)")
+    return algorithm
