@@ -98,6 +98,9 @@ class LocalCluster:
       start_timeout_s: how long to wait for every task to answer (default 120).
       env: extra environment for the children.
       log_dir: where each task's stdout/stderr goes (default: a temporary directory).
+      direct_workers: indices of workers whose TensorFlow server gets
+        :meth:`direct_spec` (they reach every PS without the rendezvous), to compare
+        both paths in one cluster.
 
     The cluster spec names each PS's public address: the rendezvous's, when it has one.
     ``ps_private_addresses[i]`` is the TensorFlow server behind it (the direct path).
@@ -106,7 +109,8 @@ class LocalCluster:
     def __init__(self, num_ps: int = 1, num_workers: int = 1,
                  rendezvous: bool | Sequence[bool] = True, chief: bool = False,
                  skip_after_s: float | None = None, start_timeout_s: float = 120.0,
-                 env: Mapping[str, str] | None = None, log_dir: str | None = None) -> None:
+                 env: Mapping[str, str] | None = None, log_dir: str | None = None,
+                 direct_workers: Sequence[int] = ()) -> None:
         if isinstance(rendezvous, bool):
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
@@ -120,6 +124,7 @@ class LocalCluster:
         self.ps_private_addresses = [
             f"127.0.0.1:{free_port()}" if rv else addr
             for rv, addr in zip(self.rendezvous, self.spec["ps"])]
+        self.direct_workers = set(direct_workers)
         self.skip_after_s = skip_after_s
         self.start_timeout_s = start_timeout_s
         self.env = dict(env or {})
@@ -175,8 +180,9 @@ class LocalCluster:
                     args += ["--no-rendezvous"]
                 self._start_task("ps", i, args)
             for i in range(len(self.spec["worker"])):
+                spec = self.direct_spec() if i in self.direct_workers else self.spec
                 self._start_task("worker", i, [
-                    "server", "--cluster-spec", json.dumps(self.spec), "--job", "worker",
+                    "server", "--cluster-spec", json.dumps(spec), "--job", "worker",
                     "--task-index", str(i)])
             self.wait_ready()
         except BaseException:

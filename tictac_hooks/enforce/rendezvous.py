@@ -539,7 +539,7 @@ class _ControlHandler(grpc.GenericRpcHandler):
 
 def recv_tensor_parser() -> Callable[[bytes], tuple[int, str]]:
     """bytes -> (step_id, rendezvous_key), with TensorFlow's RecvTensorRequest."""
-    from patches.tf_worker_proto import recv_tensor_request_class
+    from tictac_hooks.patches.tf_worker_proto import recv_tensor_request_class
 
     parse = recv_tensor_request_class().FromString
 

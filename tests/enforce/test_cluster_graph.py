@@ -1,0 +1,166 @@
+"""The rendezvous on a real PS cluster (graph mode, tf.compat.v1): order enforced,
+training unchanged, skips counted, clear errors, no hangs. One cluster for the module."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tictac_hooks.enforce.client import (RendezvousClient, RendezvousError,
+                                         install_everywhere, stats_everywhere)
+from tictac_hooks.enforce.launcher import LocalCluster
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
+
+tf = pytest.importorskip("tensorflow")
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+LAYERS = ("w1", "w2", "w3", "w4")
+
+
+def build(worker: int):
+    """A tiny 4-layer regression on PS variables; returns (graph, train, loss, eval, vars)."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.set_random_seed(1)
+        with tf.device("/job:ps/task:0"):
+            ws = [tf.compat.v1.get_variable(n, shape=[16, 16] if n != "w4" else [16, 1],
+                                            initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
+                  for i, n in enumerate(LAYERS)]
+        with tf.device(f"/job:worker/task:{worker}"):
+            x = tf.constant(np.random.RandomState(0).randn(64, 16).astype("float32"))
+            y = tf.reduce_sum(x, axis=1, keepdims=True)
+            h = x
+            for w in ws[:-1]:
+                h = tf.tanh(h @ w)
+            loss = tf.reduce_mean((h @ ws[-1] - y) ** 2)
+            train = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(loss)
+            partial = tf.add_n([tf.reduce_sum(w) for w in ws[:2]])  # reads w1, w2 only
+        init = tf.compat.v1.global_variables_initializer()
+    return g, init, train, loss, partial, ws
+
+
+def session(cluster, worker, g):
+    return tf.compat.v1.Session("grpc://" + cluster.worker_addresses[worker], graph=g)
+
+
+def train(cluster, direct, steps):
+    """Worker 1 reaches the PS directly, worker 0 through the rendezvous."""
+    worker = 1 if direct else 0
+    g, init, train_op, loss, _, ws = build(worker)
+    with session(cluster, worker, g) as sess:
+        sess.run(init)
+        losses = [sess.run([train_op, loss])[1] for _ in range(steps)]
+        return losses, sess.run(ws)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, skip_after_s=0.3,
+                      direct_workers=[1]) as c:
+        yield c
+
+
+def _steps(cluster):
+    return [s for s in RendezvousClient(cluster.ps_addresses[0]).stats()["steps"] if s["order"]]
+
+
+def test_training_is_identical_with_and_without_the_rendezvous(cluster):
+    direct_losses, direct_w = train(cluster, True, 5)
+    rv_losses, rv_w = train(cluster, False, 5)
+    assert direct_losses == rv_losses
+    for a, b in zip(direct_w, rv_w):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_order_without_and_with_a_schedule(cluster):
+    RendezvousClient(cluster.ps_addresses[0]).clear()
+    train(cluster, False, 12)
+    steps = _steps(cluster)[-10:]
+    orders = [tuple(s["order"]) for s in steps]
+    changes = sum(a != b for a, b in zip(orders, orders[1:]))
+    print(f"\nwithout a schedule TensorFlow's order changed in {changes} of "
+          f"{len(orders) - 1} consecutive step pairs; orders seen: {len(set(orders))}")
+    reads = sorted(steps[-2]["order"])  # a training step's reads (the last read ws)
+    assert len(reads) >= len(LAYERS), reads
+    wanted = list(reversed(reads))  # an order TensorFlow would not pick by itself
+    install_everywhere(cluster.ps_addresses, Schedule.from_order("test", wanted))
+    train(cluster, False, 8)
+    # Steps that read the variables (the initializer's step reads none of them).
+    enforced = [s for s in _steps(cluster) if s["schedule_version"] is not None
+                and set(s["order"]) & set(wanted)]
+    assert len(enforced) >= 8
+    for s in enforced:
+        listed = [n for n in s["order"] if n in wanted]
+        skipped = {k["name"] for k in s["skipped"]}
+        assert listed == [n for n in wanted if n not in skipped], s
+        assert s["skips"] == 0 and s["violations"] == 0
+
+
+def test_a_transfer_that_does_not_come_is_skipped_and_training_goes_on(cluster, tmp_path):
+    train(cluster, False, 2)
+    reads = sorted(_steps(cluster)[-2]["order"])
+    # A transfer this PS has served (reading the weights for the final fetch) but that
+    # no training step makes; scheduled first, everything else would wait for it.
+    ghost = next(n for n in RendezvousClient(cluster.ps_addresses[0]).served_names()
+                 if n.endswith("/Read/ReadVariableOp"))
+    order = tmp_path / "order.json"
+    Schedule.from_order("test", [ghost] + reads).save(order)
+    out = _cli("schedule", "install", "--ps", cluster.ps_addresses[0], str(order))
+    assert out.returncode == 0, out.stderr
+    losses, _ = train(cluster, False, 4)
+    assert all(np.isfinite(losses))
+    stats = json.loads(_cli("schedule", "stats", "--ps", cluster.ps_addresses[0]).stdout)
+    trained = [s for s in stats["steps"] if set(s["order"]) & set(reads)][-4:]
+    assert len(trained) == 4
+    for s in trained:
+        assert [k["name"] for k in s["skipped"]] == [ghost], s
+    assert all("step_id" in s and "worker" in s and "order" in s for s in stats["steps"])
+    assert _cli("schedule", "clear", "--ps", cluster.ps_addresses[0]).returncode == 0
+
+
+def test_clear_errors(cluster, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"order": ["a", "a"]}')
+    out = _cli("schedule", "install", "--ps", cluster.ps_addresses[0], str(bad))
+    assert out.returncode == 2 and "more than once" in out.stderr
+    nothing = tmp_path / "nothing.json"
+    Schedule.from_order("test", ["no/such/transfer"]).save(nothing)
+    out = _cli("schedule", "install", "--ps", cluster.ps_addresses[0], str(nothing))
+    assert out.returncode == 2 and "another model" in out.stderr, out.stderr
+    out = _cli("schedule", "stats", "--ps", "127.0.0.1:1", "--timeout", "2")
+    assert out.returncode == 2 and "cannot reach" in out.stderr, out.stderr
+    with pytest.raises(RendezvousError, match="no TicTac rendezvous"):
+        RendezvousClient(cluster.worker_addresses[0], timeout_s=5).ping()
+
+
+def test_ps_killed_mid_step_gives_the_worker_an_error_and_nothing_hangs(cluster):
+    g, init, train_op, loss, _, _ = build(0)
+    errors = []
+
+    def run():
+        try:
+            with session(cluster, 0, g) as sess:
+                sess.run(init)
+                while True:
+                    sess.run(train_op)
+        except Exception as e:  # noqa: BLE001 - what we want to see
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    time.sleep(2.0)
+    cluster.kill("ps", 0)
+    t.join(60)
+    assert not t.is_alive(), "the client hangs after the PS died"
+    assert errors and isinstance(errors[0], tf.errors.OpError), errors
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tictac_hooks.enforce.cli", *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
