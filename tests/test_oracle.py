@@ -119,7 +119,7 @@ def test_patch_tf_profiler_upstream_contract():
     """Fails loudly when TensorFlow's xplane messages change (patches/tf_profiler.py);
     the profiler test above covers the event naming."""
     pytest.importorskip("tensorflow")
-    from patches import tf_profiler
+    from tictac_hooks.patches import tf_profiler
 
     tf_profiler.check_upstream()
     assert hasattr(tf_profiler.xplane_module(), "XSpace")

@@ -6,3 +6,20 @@ enforcement in :mod:`tictac_hooks.enforce`, the user-facing adapters in
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # Lazy: importing tictac_hooks must not import TensorFlow (graph/ is usable offline).
+    if name == "TicTac":
+        from tictac_hooks.callbacks.keras_callback import TicTac
+        return TicTac
+    if name == "TicTacLoop":
+        from tictac_hooks.callbacks.custom_loop import TicTacLoop
+        return TicTacLoop
+    if name == "TicTacHook":
+        from tictac_hooks.callbacks.session_hook import TicTacHook
+        return TicTacHook
+    raise AttributeError(f"module 'tictac_hooks' has no attribute {name!r}")
+
+
+__all__ = ["TicTac", "TicTacLoop", "TicTacHook", "__version__"]

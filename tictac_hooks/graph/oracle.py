@@ -261,7 +261,7 @@ def profile_compute_times(fn: Any, args: Sequence[Any] = (), steps: int = 5,
     ``n/<Name>Optimizer/...``) counts for ``n``.
     """
     import tensorflow as tf
-    from patches import tf_profiler
+    from tictac_hooks.patches import tf_profiler
 
     if steps < 1 or warmup < 0:
         raise GraphError(f"steps must be >= 1 and warmup >= 0, got {steps}, {warmup}")
@@ -340,7 +340,7 @@ def _block(out: Any) -> None:
 
 def _op_times_per_step(space: Any, steps: int) -> list[dict[str, float]]:
     """Per step: op node name -> summed kernel seconds, from an XSpace."""
-    from patches import tf_profiler
+    from tictac_hooks.patches import tf_profiler
 
     windows: list[tuple[int, int]] = []
     events: list[tuple[int, str, int]] = []       # (start ps, node name, duration ps)

@@ -1,0 +1,322 @@
+"""The TicTac run loop shared by the Keras callback, the custom-loop API and the hook.
+
+Phases: *profiling* (TensorFlow's own transfer order; the PSes record every transfer),
+then, after ``profile_steps`` steps, *scheduled*: the order computed from the worker's
+DAG (TIC) or the DAG plus measured times (TAC) is installed on every PS, and from the
+next step on every worker receives its parameters in that one order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import statistics
+from collections import defaultdict
+from typing import Any, Mapping, Sequence
+
+from tictac_hooks import flags as tictac_flags
+from tictac_hooks.callbacks.tensorboard import PROFILING, SCHEDULED, StepRecord, StepTimeWriter
+from tictac_hooks.graph.algorithms import compute_order
+from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
+
+log = logging.getLogger("tictac")
+
+
+class TicTacSetupError(RuntimeError):
+    """TicTac cannot run in this setup; the message says what to change."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Resolved settings: constructor argument, else parsed absl flag, else default."""
+
+    algorithm: str
+    profile_steps: int
+    log_dir: str | None
+    skip_timeout: float
+    stats_every: int
+
+    @classmethod
+    def resolve(cls, algorithm: str | None = None, profile_steps: int | None = None,
+                log_dir: str | None = None, skip_timeout: float | None = None,
+                stats_every: int | None = None) -> "Settings":
+        s = cls(algorithm=tictac_flags.check_algorithm(tictac_flags.setting("algorithm", algorithm)),
+                profile_steps=int(tictac_flags.setting("profile_steps", profile_steps)),
+                log_dir=tictac_flags.setting("log_dir", log_dir),
+                skip_timeout=float(tictac_flags.setting("skip_timeout", skip_timeout)),
+                stats_every=int(tictac_flags.setting("stats_every", stats_every)))
+        if s.profile_steps < 1:
+            raise ValueError(f"profile_steps must be >= 1, got {s.profile_steps}")
+        if s.skip_timeout <= 0:
+            raise ValueError(f"skip_timeout must be > 0 seconds, got {s.skip_timeout}")
+        return s
+
+
+def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> list[str]:
+    """The PS addresses, in task order, of a cluster spec (dict or tf.train.ClusterSpec)."""
+    if hasattr(spec, "as_dict"):
+        spec = spec.as_dict()
+    ps = spec.get("ps") if isinstance(spec, Mapping) else None
+    if not ps:
+        raise TicTacSetupError(
+            "the cluster has no 'ps' job: TicTac orders parameter transfers from "
+            "parameter servers, so it needs ParameterServerStrategy or a PS cluster")
+    if isinstance(ps, Mapping):  # sparse cluster spec {task index: address}
+        return [ps[k] for k in sorted(ps)]
+    return list(ps)
+
+
+def _channel_index(channel: str) -> int:
+    job, _, task = channel.partition(":")
+    if job != "ps" or not task.isdigit():
+        raise ScheduleError(f"transfer channel {channel!r} is not a PS task ('ps:<index>')")
+    return int(task)
+
+
+class Controller:
+    """Talks to every PS's rendezvous; computes, installs and reports the schedule.
+
+    Args:
+      ps_addresses: the PS addresses of the cluster spec (each a TicTac rendezvous).
+      settings: see :class:`Settings`.
+      install: whether this process installs schedules (the chief does; other workers
+        of a between-graph job only report).
+    """
+
+    def __init__(self, ps_addresses: Sequence[str], settings: Settings,
+                 install: bool = True) -> None:
+        self.ps_addresses = list(ps_addresses)
+        self.settings = settings
+        self.installs = install
+        self.phase = PROFILING
+        self.schedule: Schedule | None = None
+        self.graph: Graph | None = None
+        self.switch_time: float | None = None
+        self.install_results: dict[str, Any] = {}
+        self._steps: dict[tuple[str, int], dict[str, Any]] = {}  # (worker, step_id) -> step
+        self._written: set[tuple[str, int]] = set()
+        self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
+        self.compute_seconds: float | None = None  # per-step compute, when profiled
+
+    # --- connection --------------------------------------------------------------------
+    def connect(self) -> None:
+        """Checks every PS has a rendezvous; clears old schedules (profiling phase)."""
+        from tictac_hooks.enforce.client import RendezvousClient, RendezvousError
+        for i, address in enumerate(self.ps_addresses):
+            try:
+                with RendezvousClient(address, timeout_s=10.0) as client:
+                    client.ping()
+                    if self.installs:
+                        client.clear()
+            except RendezvousError as e:
+                raise TicTacSetupError(
+                    f"PS task ps:{i} ({address}): {e}. TicTac needs its rendezvous in front "
+                    "of every PS: launch PS tasks with `tictac ps --cluster-spec ... "
+                    "--task-index N` (or tictac_hooks.enforce.TicTacServer in place of "
+                    "tf.distribute.Server), or use LocalCluster for a local run") from None
+
+    # --- statistics ---------------------------------------------------------------------
+    def poll(self) -> list[StepRecord]:
+        """Reads new step records from every PS, merges them per (worker, step), writes
+        TensorBoard summaries, and returns the records of completed steps so far."""
+        from tictac_hooks.enforce.client import stats_everywhere
+        stats = stats_everywhere(self.ps_addresses)
+        for rec in stats["steps"]:
+            if not rec["order"] or "/job:worker/" not in rec["worker"]:
+                continue  # the coordinator's own reads (chief), PS-to-PS traffic
+            key = (rec["worker"], rec["step_id"])
+            step = self._steps.setdefault(key, {"start": rec["start"], "end": rec["end"],
+                                                "bytes": 0, "per_ps": {},
+                                                "scheduled": False, "transfers": []})
+            step["per_ps"][rec["ps"]] = rec
+            step["start"] = min(r["start"] for r in step["per_ps"].values())
+            step["end"] = max(r["end"] for r in step["per_ps"].values())
+            step["bytes"] = sum(r["bytes"] for r in step["per_ps"].values())
+            step["scheduled"] = any(r.get("schedule_version") is not None
+                                    for r in step["per_ps"].values())
+        records = self.records()
+        if self._writer:
+            new = [r for r in records if (r.worker, r.step) not in self._written
+                   and r.step_time is not None]
+            self._writer.write(new)
+            self._written.update((r.worker, r.step) for r in new)
+        return records
+
+    def records(self) -> list[StepRecord]:
+        per_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for (worker, _), step in self._steps.items():
+            per_worker[worker].append(step)
+        out = []
+        for worker, steps in sorted(per_worker.items()):
+            steps.sort(key=lambda s: s["start"])
+            for i, s in enumerate(steps):
+                nxt = steps[i + 1]["start"] if i + 1 < len(steps) else None
+                step_time = None if nxt is None else nxt - s["start"]
+                if step_time is not None and self._pause_overlaps(s["start"], nxt):
+                    step_time = None  # the interval holds TicTac's own switch pause
+                out.append(StepRecord(
+                    worker=worker, step=i, start=s["start"], step_time=step_time,
+                    transfer_span=s["end"] - s["start"],
+                    phase=SCHEDULED if s["scheduled"] else PROFILING,
+                    efficiency=self._efficiency(s, step_time)))
+        return out
+
+    def _efficiency(self, step: dict[str, Any], step_time: float | None) -> float | None:
+        """Measured E of one step: (U - m) / (U - L) with m the step time, comm the
+        step's transfer time on its busiest PS link (bytes / measured link rate) and
+        comp the profiled compute time (paper Eq. 4)."""
+        if step_time is None or self.compute_seconds is None or not self._link_rate:
+            return None
+        per_ps = [r["bytes"] / self._link_rate for r in step["per_ps"].values()]
+        comm_sum, comm_max = sum(per_ps), max(per_ps)
+        upper = comm_sum + self.compute_seconds
+        lower = max(comm_max, self.compute_seconds)
+        if upper <= lower:
+            return None
+        return (upper - step_time) / (upper - lower)
+
+    _link_rate: float | None = None
+    _pauses: list[tuple[float, float]] = []
+
+    def _pause_overlaps(self, start: float, end: float) -> bool:
+        return any(p0 < end and start < p1 for p0, p1 in self._pauses)
+
+    def served_transfers(self) -> dict[str, set[str]]:
+        """worker -> names of the transfers the PSes served it during profiling."""
+        out: dict[str, set[str]] = defaultdict(set)
+        for (worker, _), step in self._steps.items():
+            for rec in step["per_ps"].values():
+                out[worker].update(rec["order"])
+        return out
+
+    def link_rate(self) -> float | None:
+        """Bytes per second of the fastest profiled step's busiest PS link: a transfer
+        oracle Time(recv) = bytes / rate when no bandwidth is given."""
+        rates = [rec["bytes"] / (rec["end"] - rec["start"])
+                 for step in self._steps.values() for rec in step["per_ps"].values()
+                 if rec["end"] > rec["start"] and rec["bytes"] > 0]
+        return max(rates) if rates else None
+
+    # --- the switch ---------------------------------------------------------------------
+    def switch(self, graph: Graph, compute_times: Mapping[str, float] | None = None,
+               bandwidth: float | None = None, late: "set[str] | None" = None
+               ) -> Schedule | None:
+        """Computes the order on ``graph`` and installs it on every PS.
+
+        ``graph`` is the worker's DAG as traced; recvs the PSes never served during
+        profiling become free compute ops (PS-side reads). ``late`` names recvs that in
+        TensorFlow depend on work done in the same step (e.g. a read of a variable after
+        an update the worker's gradient feeds): they cannot be ready at the start of the
+        step, so scheduling them early would stall every transfer behind them; they are
+        left unscheduled (they pass the rendezvous straight through). ``compute_times``
+        (seconds per compute op) is needed for TAC and for measured E. Returns the
+        schedule, or None for algorithm "none".
+        """
+        import time as _time
+        pause_start = _time.time()
+        self.poll()
+        served = set().union(*self.served_transfers().values()) if self._steps else set()
+        recv_names = {op.name for op in graph.recvs} - set(late or ())
+        if served:
+            matched = served & recv_names
+            if not matched:
+                raise ScheduleError(
+                    f"none of the {len(served)} transfers the PSes served (e.g. "
+                    f"{sorted(served)[0]!r}) is a recv of the traced graph "
+                    f"(e.g. {graph.recvs[0].name if graph.recvs else '(no recvs)'}): the "
+                    "graph is not the one being trained")
+        else:
+            matched = recv_names
+        graph = graph.with_recvs_only(matched)
+        self._link_rate = bandwidth or self.link_rate()
+        if compute_times is not None:
+            self.compute_seconds = sum(compute_times.get(op.name, 0.0) for op in graph.compute_ops)
+        algorithm = self.settings.algorithm
+        if algorithm == "none":
+            self.graph = graph
+            log.info("TicTac: algorithm 'none': profiling only, no schedule installed")
+            return None
+        if algorithm == "tac":
+            graph = self._timed(graph, compute_times)
+        schedule = compute_order(graph, algorithm)
+        self.graph, self.schedule = graph, schedule
+        if self.installs:
+            self._install(graph, schedule)
+        self.phase = SCHEDULED
+        self.switch_time = _time.time()
+        self.mark_pause(pause_start, self.switch_time)
+        if self._writer:
+            self._writer.text("tictac/switch", f"{algorithm} schedule of {len(schedule)} "
+                              f"transfers installed on {len(self.ps_addresses)} PS")
+        return schedule
+
+    def mark_pause(self, start: float, end: float) -> None:
+        """Steps whose interval overlaps [start, end] (time TicTac itself held the
+        training loop, e.g. to profile) get no step time."""
+        self._pauses = self._pauses + [(start, end)]
+
+    def _timed(self, graph: Graph, compute_times: Mapping[str, float] | None) -> Graph:
+        if compute_times is None:
+            raise TicTacSetupError("TAC needs measured compute times; none were profiled")
+        if not self._link_rate:
+            raise TicTacSetupError(
+                "TAC needs transfer times: no transfer was recorded while profiling and "
+                "no bandwidth was given")
+        missing_bytes = [op.name for op in graph.recvs if op.bytes is None]
+        if missing_bytes:
+            raise TicTacSetupError(f"TAC needs the size of every transfer; unknown for "
+                                   f"{missing_bytes[0]!r}")
+        times = {op.name: compute_times.get(op.name, 0.0) for op in graph.compute_ops}
+        times.update({op.name: op.bytes / self._link_rate for op in graph.recvs})
+        return graph.with_times(times)
+
+    def _install(self, graph: Graph, schedule: Schedule) -> None:
+        from tictac_hooks.enforce.client import RendezvousClient
+        for channel, part in schedule.per_channel(graph).items():
+            index = _channel_index(channel)
+            if index >= len(self.ps_addresses):
+                raise ScheduleError(f"graph names channel {channel!r} but the cluster has "
+                                    f"{len(self.ps_addresses)} PS tasks")
+            address = self.ps_addresses[index]
+            with RendezvousClient(address) as client:
+                self.install_results[address] = client.install(part)
+        log.info("TicTac: %s schedule of %d transfers installed on %d PS", schedule.algorithm,
+                 len(schedule), len(self.ps_addresses))
+
+    # --- end ------------------------------------------------------------------------------
+    def finish(self) -> dict[str, Any]:
+        """Final poll; writes the transfer timeline next to the event files; returns a
+        summary (median step time before and after the switch, per worker)."""
+        records = self.poll()
+        summary = summarize(records)
+        if self.settings.log_dir:
+            from tictac_hooks.enforce.client import stats_everywhere
+            from tictac_hooks.enforce.trace import write_chrome_trace
+            os.makedirs(self.settings.log_dir, exist_ok=True)
+            write_chrome_trace(stats_everywhere(self.ps_addresses),
+                               os.path.join(self.settings.log_dir, "tictac_transfers.trace.json"))
+            with open(os.path.join(self.settings.log_dir, "tictac_summary.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+        if self._writer:
+            self._writer.close()
+        return summary
+
+
+def summarize(records: Sequence[StepRecord]) -> dict[str, Any]:
+    """Median step time per phase and worker, and steps seen."""
+    out: dict[str, Any] = {"workers": {}}
+    for worker in sorted({r.worker for r in records}):
+        # Step 0 holds tracing and the workers' start-up: not a steady-state step.
+        mine = [r for r in records if r.worker == worker and r.step_time is not None
+                and r.step > 0]
+        entry: dict[str, Any] = {"steps": len([r for r in records if r.worker == worker])}
+        for phase, label in ((PROFILING, "profiling"), (SCHEDULED, "scheduled")):
+            times = [r.step_time for r in mine if r.phase == phase]
+            if times:
+                entry[f"{label}_steps"] = len(times)
+                entry[f"{label}_median_step_time"] = statistics.median(times)
+        out["workers"][worker] = entry
+    return out

@@ -1,0 +1,190 @@
+"""`TicTac`: the Keras callback that switches TicTac on for `model.fit`."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
+                                               ps_addresses_from_cluster_spec)
+
+log = logging.getLogger("tictac")
+
+
+def _callback_base() -> type:
+    """tf_keras's Callback where installed (model.fit under ParameterServerStrategy
+    needs tf_keras), else Keras 3's."""
+    try:
+        import tf_keras
+        return tf_keras.callbacks.Callback
+    except ImportError:  # pragma: no cover - tf_keras is a dependency of the test setup
+        import keras
+        return keras.callbacks.Callback
+
+
+class TicTac(_callback_base()):  # type: ignore[misc]
+    """Receives parameters in one near-optimal order on every worker, from step N on.
+
+    Profiles the first ``profile_steps`` training steps in TensorFlow's own (random)
+    transfer order, extracts the DAG of the step function that actually runs, computes
+    the transfer order with TIC (from the graph alone) or TAC (graph plus measured
+    times), installs it on the TicTac rendezvous of every parameter server, and lets
+    training continue: every later step of every worker follows that order. Nothing
+    that is trained changes; only the order of the transfers does.
+
+    Needs tf_keras ``model.fit`` under ``ParameterServerStrategy`` (Keras 3's fit does
+    not support that strategy; use :class:`tictac_hooks.TicTacLoop` in a custom
+    ``ClusterCoordinator`` loop) and PS tasks launched behind the rendezvous
+    (``tictac ps``, :class:`tictac_hooks.enforce.TicTacServer`, or ``LocalCluster``).
+
+    Args:
+      algorithm: ``"tic"`` (default), ``"tac"``, or ``"none"`` (profile and log only).
+        Default from ``--tictac_algorithm`` when absl flags were parsed.
+      profile_steps: steps run before the switch (default 5, ``--tictac_profile_steps``).
+      log_dir: where TensorBoard step-time summaries and the transfer timeline
+        (``tictac_transfers.trace.json``) go (default None: nothing written;
+        ``--tictac_log_dir``).
+      skip_timeout: seconds a PS waits for a scheduled transfer before releasing the
+        next one (default 2.0, ``--tictac_skip_timeout``); training never hangs.
+      bandwidth: link rate in bytes/s for TAC's transfer times (default: measured
+        from the profiled steps).
+      measure_compute: profile per-op compute times (in a child process) for TAC and
+        for the per-step efficiency E in TensorBoard (default: True).
+
+    Example:
+      ```python
+      strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+      with strategy.scope():
+          model = make_model()
+          model.compile("sgd", "mse")
+      model.fit(dataset, epochs=3, steps_per_epoch=100, callbacks=[TicTac()])
+      ```
+    """
+
+    def __init__(self, algorithm: str | None = None, profile_steps: int | None = None,
+                 log_dir: str | None = None, skip_timeout: float | None = None,
+                 bandwidth: float | None = None, measure_compute: bool = True,
+                 stats_every: int | None = None) -> None:
+        super().__init__()
+        self.algorithm = algorithm
+        self.profile_steps = profile_steps
+        self.log_dir = log_dir
+        self.skip_timeout = skip_timeout
+        self.bandwidth = bandwidth
+        self.measure_compute = measure_compute
+        self.stats_every = stats_every
+        self.controller: Controller | None = None
+        self.summary: dict[str, Any] | None = None
+        self._steps = 0
+        self._epochs = 0
+
+    # --- hooks ---------------------------------------------------------------------------
+    def set_model(self, model: Any) -> None:
+        _refuse_keras3_under_pss(model)
+        super().set_model(model)
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
+                                    self.skip_timeout, self.stats_every)
+        self.controller = Controller(_ps_addresses(self.model), settings)
+        self.controller.connect()
+        self._steps = 0
+        original = self.model.train_function
+
+        def train_function(iterator: Any) -> Any:
+            result = original(iterator)
+            self._steps += 1
+            if self._steps == settings.profile_steps:
+                self._switch()
+            return result
+
+        self.model.train_function = train_function
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._epochs += 1
+        if self.controller and self._epochs % self.controller.settings.stats_every == 0:
+            self.controller.poll()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self.controller is None:
+            return
+        _join(self.model)
+        self.summary = self.controller.finish()
+        if self.log_dir or self.controller.settings.log_dir:
+            log.info("TicTac: TensorBoard summaries in %s", self.controller.settings.log_dir)
+
+    # --- the switch ----------------------------------------------------------------------
+    def _switch(self) -> None:
+        import time
+        from tictac_hooks.patches import keras_internals
+        from tictac_hooks.graph import tf_extract
+        pause_start = time.time()
+        _join(self.model)  # the profiled steps must have run, so the PSes saw them
+        functions = keras_internals.traced_step_functions(self.model, "train")
+        if not functions:
+            raise TicTacSetupError("fit has not traced its train function yet")
+        concrete = functions[-1]
+        extraction = tf_extract.extract_concrete_function(concrete, remote_variables=["/job:ps"])
+        compute_times = None
+        algorithm = self.controller.settings.algorithm
+        if self.measure_compute or algorithm == "tac":
+            compute_times = self._compute_times(concrete)
+        self.controller.switch(extraction.graph, compute_times, bandwidth=self.bandwidth,
+                               late=set(extraction.dropped_inputs))
+        self.controller.mark_pause(pause_start, time.time())
+
+    def _compute_times(self, concrete: Any) -> dict[str, float] | None:
+        from tictac_hooks.callbacks.compute_profile import profile_in_subprocess
+        batch = _batch_size(concrete)
+        try:
+            return profile_in_subprocess(self.model, batch, training=True)
+        except (ValueError, RuntimeError) as e:
+            if self.controller.settings.algorithm == "tac":
+                raise
+            log.warning("TicTac: no compute profile (%s); E will not be reported", e)
+            return None
+
+
+def _batch_size(concrete: Any, default: int = 32) -> int:
+    """The per-worker batch size fit feeds: the leading dimension of the step's input."""
+    for op in concrete.graph.get_operations():
+        if op.type == "IteratorGetNextAsOptional" or op.type == "IteratorGetNext":
+            for out in op.outputs:
+                shape = out.shape
+                if shape.rank and shape[0] is not None:
+                    return int(shape[0])
+    return default
+
+
+def _join(model: Any) -> None:
+    from tictac_hooks.patches import keras_internals
+    coordinator = keras_internals.cluster_coordinator(model)
+    if coordinator is not None:
+        coordinator.join()
+
+
+def _ps_addresses(model: Any) -> list[str]:
+    import tensorflow as tf
+    strategy = getattr(model, "distribute_strategy", None) or tf.distribute.get_strategy()
+    pss = (tf.distribute.ParameterServerStrategy,
+           tf.distribute.experimental.ParameterServerStrategy)
+    if not isinstance(strategy, pss):
+        raise TicTacSetupError(
+            f"TicTac orders parameter-server transfers, but model.fit runs under "
+            f"{type(strategy).__name__}: build and compile the model inside "
+            "tf.distribute.experimental.ParameterServerStrategy(...).scope()")
+    from tictac_hooks.patches import keras_internals
+    return ps_addresses_from_cluster_spec(keras_internals.strategy_cluster_spec(strategy))
+
+
+def _refuse_keras3_under_pss(model: Any) -> None:
+    if not type(model).__module__.startswith("keras."):
+        return
+    import tensorflow as tf
+    if isinstance(tf.distribute.get_strategy(), (tf.distribute.ParameterServerStrategy,
+                                                 tf.distribute.experimental.ParameterServerStrategy)):
+        raise TicTacSetupError(
+            "Keras 3 model.fit does not support ParameterServerStrategy (upstream): "
+            "either set TF_USE_LEGACY_KERAS=1 and use tf_keras, or train in a custom "
+            "ClusterCoordinator.schedule loop with tictac_hooks.TicTacLoop")
