@@ -16,7 +16,7 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf_keras: fit supports PSS
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
 
@@ -28,6 +28,9 @@ flags.DEFINE_integer("workers", 2, "Worker tasks.")
 flags.DEFINE_integer("ps", 1, "Parameter-server tasks.")
 flags.DEFINE_integer("batch_size", 32, "Global batch size.")
 flags.DEFINE_integer("seed", 7, "Random seed for weights and data.")
+flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
+flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
+flags.DEFINE_boolean("tictac", True, "Add the TicTac callback (--notictac: plain fit).")
 FLAGS = flags.FLAGS
 # Steps are shared among the workers: profile long enough for each to show its own
 # order-dependent step time before the switch.
@@ -58,6 +61,7 @@ def synthetic_dataset(tf, batch_size: int, seed: int):
 
 def main(argv):
     del argv
+    logging.set_verbosity(logging.WARNING)  # TF's cluster set-up chatter
     import tensorflow as tf
     import tf_keras as keras
 
@@ -79,15 +83,31 @@ def main(argv):
                           loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         tictac = TicTac(log_dir=log_dir)
         epochs = max(1, FLAGS.steps // FLAGS.steps_per_epoch)
-        model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed), epochs=epochs,
-                  steps_per_epoch=FLAGS.steps_per_epoch, callbacks=[tictac], verbose=0)
-        print_summary(tictac, log_dir)
+        history = model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed),
+                            epochs=epochs, steps_per_epoch=FLAGS.steps_per_epoch,
+                            callbacks=[tictac] if FLAGS.tictac else [], verbose=0)
+        if FLAGS.save_weights:
+            import numpy as np
+            np.savez(FLAGS.save_weights, *model.get_weights())
+        print(f"loss per epoch: {' '.join(f'{x:.4f}' for x in history.history['loss'])}")
+        if FLAGS.tictac:
+            print_summary(tictac, log_dir)
+            if FLAGS.summary_json:
+                import json
+                with open(FLAGS.summary_json, "w") as f:
+                    json.dump(tictac.summary | {"algorithm": tictac.controller.settings.algorithm,
+                                                "scheduled_transfers": len(tictac.controller.schedule or ())}, f)
 
 
 def print_summary(tictac, log_dir: str) -> None:
     c = tictac.controller
     print(f"\nTicTac ({c.settings.algorithm}): switched after {c.settings.profile_steps} steps; "
           f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
+    order = tictac.summary.get("order", {})
+    if order.get("scheduled_steps"):
+        print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
+              f"{order['scheduled_steps']} (skips {order.get('skips', 0)}, "
+              f"violations {order.get('violations', 0)})")
     for worker, s in tictac.summary["workers"].items():
         before = s.get("profiling_median_step_time")
         after = s.get("scheduled_median_step_time")

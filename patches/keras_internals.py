@@ -3,9 +3,10 @@
 Tested on: tf_keras 2.21 (tf.keras with TF_USE_LEGACY_KERAS=1), Keras 3.15,
 TensorFlow 2.21.
 
-* tf_keras keeps the ``tf.function`` that fit runs as ``Model.train_tf_function`` (and
-  ``test_tf_function``/``predict_tf_function``); its traced ``ConcreteFunction``s come
-  from ``tf.function``'s private ``_list_all_concrete_functions()``.
+* tf_keras's ``Model.train_function`` / ``test_function`` / ``predict_function`` are
+  the ``tf.function`` or a lambda (``coordinator.schedule``) closing over it; the
+  traced ``ConcreteFunction``s come from ``tf.function``'s private
+  ``_list_all_concrete_functions()``.
 * Under ParameterServerStrategy, tf_keras keeps the coordinator as
   ``Model._cluster_coordinator``; ``join()`` on it waits for every scheduled step.
 * ``ParameterServerStrategy`` (V2) leaves the public ``cluster_resolver`` property None
@@ -21,29 +22,36 @@ from __future__ import annotations
 
 from typing import Any
 
-TF_FUNCTION_ATTRS = {"train": "train_tf_function", "test": "test_tf_function",
-                     "predict": "predict_tf_function"}
-
-
 class KerasInternalsError(RuntimeError):
     """The installed Keras no longer has an internal attribute TicTac relies on."""
 
 
-def traced_step_functions(model: Any, mode: str = "train") -> list[Any]:
-    """The ConcreteFunctions fit/evaluate/predict has traced for ``model`` (newest last)."""
-    attr = TF_FUNCTION_ATTRS[mode]
-    fn = getattr(model, attr, None)
-    if fn is None:
-        raise KerasInternalsError(
-            f"{type(model).__module__}.{type(model).__name__} has no {attr!r}: TicTac's "
-            "Keras callback supports tf_keras (TF_USE_LEGACY_KERAS=1) model.fit; for "
-            "Keras 3 use tictac_hooks.TicTacLoop in a custom ClusterCoordinator loop")
-    lister = getattr(fn, "_list_all_concrete_functions", None)
-    if lister is None:
-        raise KerasInternalsError(
-            "tf.function no longer has _list_all_concrete_functions(); update "
-            "patches/keras_internals.py for this TensorFlow version")
-    return list(lister())
+def tf_function_of(step_function: Any, depth: int = 3) -> Any:
+    """The ``tf.function`` behind a Keras step function: the function itself, or one
+    found in the closures of the wrappers around it (tf_keras wraps evaluate's and, under
+    ParameterServerStrategy, fit's in a ``coordinator.schedule`` lambda)."""
+    frontier = [step_function]
+    for _ in range(depth + 1):
+        nxt = []
+        for fn in frontier:
+            if hasattr(fn, "_list_all_concrete_functions"):
+                return fn
+            for cell in getattr(fn, "__closure__", None) or ():
+                try:
+                    nxt.append(cell.cell_contents)
+                except ValueError:  # empty cell
+                    continue
+        frontier = nxt
+    raise KerasInternalsError(
+        f"no tf.function found behind {step_function!r}: TicTac's Keras callback "
+        "supports tf_keras (TF_USE_LEGACY_KERAS=1) model.fit/evaluate/predict (not "
+        "run_eagerly); for Keras 3 use tictac_hooks.TicTacLoop in a custom "
+        "ClusterCoordinator loop")
+
+
+def traced_step_functions(step_function: Any) -> list[Any]:
+    """The ConcreteFunctions traced so far for a Keras step function (newest last)."""
+    return list(tf_function_of(step_function)._list_all_concrete_functions())
 
 
 def cluster_coordinator(model: Any) -> Any | None:
@@ -64,7 +72,7 @@ def strategy_cluster_spec(strategy: Any) -> dict[str, Any]:
 
 def check_upstream(model: Any) -> None:
     """Raises KerasInternalsError if a tf_keras model trained by fit lacks what we use."""
-    for attr in ("train_function", "train_tf_function"):
-        if not hasattr(model, attr):
-            raise KerasInternalsError(f"tf_keras Model has no {attr!r} any more")
-    traced_step_functions(model, "train")
+    if not hasattr(model, "train_function"):
+        raise KerasInternalsError("tf_keras Model has no 'train_function' any more")
+    if not traced_step_functions(model.train_function):
+        raise KerasInternalsError("fit's train function has no traced concrete function")

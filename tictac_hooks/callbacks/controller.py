@@ -12,11 +12,10 @@ import dataclasses
 import json
 import logging
 import os
-import statistics
-from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 from tictac_hooks import flags as tictac_flags
+from tictac_hooks.callbacks.steplog import StepLog
 from tictac_hooks.callbacks.tensorboard import PROFILING, SCHEDULED, StepRecord, StepTimeWriter
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
@@ -84,11 +83,14 @@ class Controller:
       settings: see :class:`Settings`.
       install: whether this process installs schedules (the chief does; other workers
         of a between-graph job only report).
+      destination_jobs: the jobs whose steps are scheduled and reported ("worker";
+        "chief" for Keras predict, which runs on the coordinator).
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
-                 install: bool = True) -> None:
+                 install: bool = True, destination_jobs: Sequence[str] = ("worker",)) -> None:
         self.ps_addresses = list(ps_addresses)
+        self.destination_jobs = tuple(destination_jobs)
         self.settings = settings
         self.installs = install
         self.phase = PROFILING
@@ -96,8 +98,9 @@ class Controller:
         self.graph: Graph | None = None
         self.switch_time: float | None = None
         self.install_results: dict[str, Any] = {}
-        self._steps: dict[tuple[str, int], dict[str, Any]] = {}  # (worker, step_id) -> step
-        self._written: set[tuple[str, int]] = set()
+        self.steplog = StepLog(destination_jobs)
+        self._pauses: list[tuple[float, float]] = []
+        self._link_rate: float | None = None
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
 
@@ -119,86 +122,40 @@ class Controller:
                     "tf.distribute.Server), or use LocalCluster for a local run") from None
 
     # --- statistics ---------------------------------------------------------------------
-    def poll(self) -> list[StepRecord]:
-        """Reads new step records from every PS, merges them per (worker, step), writes
-        TensorBoard summaries, and returns the records of completed steps so far."""
+    def poll(self, everything: bool = False) -> list[StepRecord]:
+        """Reads new step records from every PS, finalizes the steps that can be, writes
+        their TensorBoard summaries and returns them (each step once)."""
         from tictac_hooks.enforce.client import stats_everywhere
-        stats = stats_everywhere(self.ps_addresses)
-        for rec in stats["steps"]:
-            if not rec["order"] or "/job:worker/" not in rec["worker"]:
-                continue  # the coordinator's own reads (chief), PS-to-PS traffic
-            key = (rec["worker"], rec["step_id"])
-            step = self._steps.setdefault(key, {"start": rec["start"], "end": rec["end"],
-                                                "bytes": 0, "per_ps": {},
-                                                "scheduled": False, "transfers": []})
-            step["per_ps"][rec["ps"]] = rec
-            step["start"] = min(r["start"] for r in step["per_ps"].values())
-            step["end"] = max(r["end"] for r in step["per_ps"].values())
-            step["bytes"] = sum(r["bytes"] for r in step["per_ps"].values())
-            step["scheduled"] = any(r.get("schedule_version") is not None
-                                    for r in step["per_ps"].values())
-        records = self.records()
+        self.steplog.add(stats_everywhere(self.ps_addresses)["steps"])
+        records = self.steplog.finalize(self._pause_overlaps, self._efficiency, everything)
         if self._writer:
-            new = [r for r in records if (r.worker, r.step) not in self._written
-                   and r.step_time is not None]
-            self._writer.write(new)
-            self._written.update((r.worker, r.step) for r in new)
+            self._writer.write(r for r in records if r.step_time is not None)
         return records
 
-    def records(self) -> list[StepRecord]:
-        per_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for (worker, _), step in self._steps.items():
-            per_worker[worker].append(step)
-        out = []
-        for worker, steps in sorted(per_worker.items()):
-            steps.sort(key=lambda s: s["start"])
-            for i, s in enumerate(steps):
-                nxt = steps[i + 1]["start"] if i + 1 < len(steps) else None
-                step_time = None if nxt is None else nxt - s["start"]
-                if step_time is not None and self._pause_overlaps(s["start"], nxt):
-                    step_time = None  # the interval holds TicTac's own switch pause
-                out.append(StepRecord(
-                    worker=worker, step=i, start=s["start"], step_time=step_time,
-                    transfer_span=s["end"] - s["start"],
-                    phase=SCHEDULED if s["scheduled"] else PROFILING,
-                    efficiency=self._efficiency(s, step_time)))
-        return out
-
-    def _efficiency(self, step: dict[str, Any], step_time: float | None) -> float | None:
+    def _efficiency(self, step: Any, step_time: float | None) -> float | None:
         """Measured E of one step: (U - m) / (U - L) with m the step time, comm the
-        step's transfer time on its busiest PS link (bytes / measured link rate) and
-        comp the profiled compute time (paper Eq. 4)."""
+        step's transfer time per PS link (bytes / measured link rate) and comp the
+        profiled compute time (paper Eq. 4)."""
         if step_time is None or self.compute_seconds is None or not self._link_rate:
             return None
-        per_ps = [r["bytes"] / self._link_rate for r in step["per_ps"].values()]
-        comm_sum, comm_max = sum(per_ps), max(per_ps)
-        upper = comm_sum + self.compute_seconds
-        lower = max(comm_max, self.compute_seconds)
+        per_ps = [r["bytes"] / self._link_rate for r in step.per_ps.values()]
+        upper = sum(per_ps) + self.compute_seconds
+        lower = max(max(per_ps), self.compute_seconds)
         if upper <= lower:
             return None
         return (upper - step_time) / (upper - lower)
-
-    _link_rate: float | None = None
-    _pauses: list[tuple[float, float]] = []
 
     def _pause_overlaps(self, start: float, end: float) -> bool:
         return any(p0 < end and start < p1 for p0, p1 in self._pauses)
 
     def served_transfers(self) -> dict[str, set[str]]:
         """worker -> names of the transfers the PSes served it during profiling."""
-        out: dict[str, set[str]] = defaultdict(set)
-        for (worker, _), step in self._steps.items():
-            for rec in step["per_ps"].values():
-                out[worker].update(rec["order"])
-        return out
+        return dict(self.steplog.served)
 
     def link_rate(self) -> float | None:
-        """Bytes per second of the fastest profiled step's busiest PS link: a transfer
+        """Bytes per second of the fastest profiled step on a PS link: a transfer
         oracle Time(recv) = bytes / rate when no bandwidth is given."""
-        rates = [rec["bytes"] / (rec["end"] - rec["start"])
-                 for step in self._steps.values() for rec in step["per_ps"].values()
-                 if rec["end"] > rec["start"] and rec["bytes"] > 0]
-        return max(rates) if rates else None
+        return self.steplog.best_link_rate
 
     # --- the switch ---------------------------------------------------------------------
     def switch(self, graph: Graph, compute_times: Mapping[str, float] | None = None,
@@ -218,7 +175,7 @@ class Controller:
         import time as _time
         pause_start = _time.time()
         self.poll()
-        served = set().union(*self.served_transfers().values()) if self._steps else set()
+        served = set().union(*self.served_transfers().values())
         recv_names = {op.name for op in graph.recvs} - set(late or ())
         if served:
             matched = served & recv_names
@@ -253,10 +210,22 @@ class Controller:
                               f"transfers installed on {len(self.ps_addresses)} PS")
         return schedule
 
+    def suspend(self) -> None:
+        """Clears the schedule on every PS (e.g. while fit runs validation, whose
+        transfers the training schedule does not describe)."""
+        if self.installs and self.schedule is not None:
+            from tictac_hooks.enforce.client import clear_everywhere
+            clear_everywhere(self.ps_addresses)
+
+    def resume(self) -> None:
+        """Re-installs the schedule after :meth:`suspend`."""
+        if self.installs and self.schedule is not None and self.graph is not None:
+            self._install(self.graph, self.schedule)
+
     def mark_pause(self, start: float, end: float) -> None:
         """Steps whose interval overlaps [start, end] (time TicTac itself held the
         training loop, e.g. to profile) get no step time."""
-        self._pauses = self._pauses + [(start, end)]
+        self._pauses.append((start, end))
 
     def _timed(self, graph: Graph, compute_times: Mapping[str, float] | None) -> Graph:
         if compute_times is None:
@@ -290,8 +259,8 @@ class Controller:
     def finish(self) -> dict[str, Any]:
         """Final poll; writes the transfer timeline next to the event files; returns a
         summary (median step time before and after the switch, per worker)."""
-        records = self.poll()
-        summary = summarize(records)
+        self.poll(everything=True)
+        summary = self.steplog.summary()
         if self.settings.log_dir:
             from tictac_hooks.enforce.client import stats_everywhere
             from tictac_hooks.enforce.trace import write_chrome_trace
@@ -303,20 +272,3 @@ class Controller:
         if self._writer:
             self._writer.close()
         return summary
-
-
-def summarize(records: Sequence[StepRecord]) -> dict[str, Any]:
-    """Median step time per phase and worker, and steps seen."""
-    out: dict[str, Any] = {"workers": {}}
-    for worker in sorted({r.worker for r in records}):
-        # Step 0 holds tracing and the workers' start-up: not a steady-state step.
-        mine = [r for r in records if r.worker == worker and r.step_time is not None
-                and r.step > 0]
-        entry: dict[str, Any] = {"steps": len([r for r in records if r.worker == worker])}
-        for phase, label in ((PROFILING, "profiling"), (SCHEDULED, "scheduled")):
-            times = [r.step_time for r in mine if r.phase == phase]
-            if times:
-                entry[f"{label}_steps"] = len(times)
-                entry[f"{label}_median_step_time"] = statistics.median(times)
-        out["workers"][worker] = entry
-    return out

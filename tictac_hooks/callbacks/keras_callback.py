@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import time
 from typing import Any
 
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
@@ -74,9 +76,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.bandwidth = bandwidth
         self.measure_compute = measure_compute
         self.stats_every = stats_every
-        self.controller: Controller | None = None
-        self.summary: dict[str, Any] | None = None
-        self._steps = 0
+        self.controller: Controller | None = None   # of the current / last run
+        self.summary: dict[str, Any] | None = None  # of the last finished run
+        self._run: _Run | None = None
         self._epochs = 0
 
     # --- hooks ---------------------------------------------------------------------------
@@ -85,65 +87,129 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         super().set_model(model)
 
     def on_train_begin(self, logs: Any = None) -> None:
-        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
-                                    self.skip_timeout, self.stats_every)
-        self.controller = Controller(_ps_addresses(self.model), settings)
-        self.controller.connect()
-        self._steps = 0
-        original = self.model.train_function
-
-        def train_function(iterator: Any) -> Any:
-            result = original(iterator)
-            self._steps += 1
-            if self._steps == settings.profile_steps:
-                self._switch()
-            return result
-
-        self.model.train_function = train_function
+        self._begin("train")
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         self._epochs += 1
-        if self.controller and self._epochs % self.controller.settings.stats_every == 0:
-            self.controller.poll()
+        if self._run and self._epochs % self._run.controller.settings.stats_every == 0:
+            self._run.controller.poll()
 
     def on_train_end(self, logs: Any = None) -> None:
-        if self.controller is None:
-            return
-        _join(self.model)
-        self.summary = self.controller.finish()
-        if self.log_dir or self.controller.settings.log_dir:
-            log.info("TicTac: TensorBoard summaries in %s", self.controller.settings.log_dir)
+        self._end("train")
 
-    # --- the switch ----------------------------------------------------------------------
-    def _switch(self) -> None:
-        import time
+    def on_test_begin(self, logs: Any = None) -> None:
+        if self._run and self._run.mode == "train":
+            self._run.controller.suspend()  # validation inside fit: TF's own order
+        else:
+            self._begin("test")
+
+    def on_test_end(self, logs: Any = None) -> None:
+        if self._run and self._run.mode == "train":
+            self._run.controller.resume()
+        else:
+            self._end("test")
+
+    def on_predict_begin(self, logs: Any = None) -> None:
+        self._begin("predict")
+
+    def on_predict_end(self, logs: Any = None) -> None:
+        self._end("predict")
+
+    # --- runs ------------------------------------------------------------------------------
+    def _begin(self, mode: str) -> None:
+        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
+                                    self.skip_timeout, self.stats_every)
+        if settings.log_dir and mode != "train":
+            settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
+        # predict runs on the coordinator (tf_keras does not dispatch it to workers).
+        jobs = ("chief",) if mode == "predict" else ("worker",)
+        controller = Controller(_ps_addresses(self.model), settings, destination_jobs=jobs)
+        controller.connect()
+        self.controller = controller
+        self._run = _Run(self, mode, controller)
+        self._run.wrap()
+
+    def _end(self, mode: str) -> None:
+        run = self._run
+        if run is None or run.mode != mode:
+            return
+        run.unwrap()
+        _join(self.model)
+        self.summary = run.controller.finish()
+        self._run = None
+        if run.controller.settings.log_dir:
+            log.info("TicTac: TensorBoard summaries in %s", run.controller.settings.log_dir)
+
+
+_MODE_FUNCTION = {"train": "train_function", "test": "test_function",
+                  "predict": "predict_function"}
+
+
+class _Run:
+    """One fit / evaluate / predict call: counts its steps, switches at step N."""
+
+    def __init__(self, callback: TicTac, mode: str, controller: Controller) -> None:
+        self.callback, self.mode, self.controller = callback, mode, controller
+        self.steps = 0
+        self.original: Any = None
+
+    def wrap(self) -> None:
+        # The fit/evaluate/predict loops read model.<mode>_function on every step.
+        model = self.callback.model
+        attr = _MODE_FUNCTION[self.mode]
+        self.original = original = getattr(model, attr)
+        profile_steps = self.controller.settings.profile_steps
+
+        def step_function(iterator: Any) -> Any:
+            result = original(iterator)
+            self.steps += 1
+            if self.steps == profile_steps:
+                self.switch()
+            return result
+
+        setattr(model, attr, step_function)
+
+    def unwrap(self) -> None:
+        setattr(self.callback.model, _MODE_FUNCTION[self.mode], self.original)
+
+    def switch(self) -> None:
         from tictac_hooks.patches import keras_internals
-        from tictac_hooks.graph import tf_extract
+        model = self.callback.model
         pause_start = time.time()
-        _join(self.model)  # the profiled steps must have run, so the PSes saw them
-        functions = keras_internals.traced_step_functions(self.model, "train")
+        _join(model)  # the profiled steps must have run, so the PSes saw them
+        functions = keras_internals.traced_step_functions(self.original)
         if not functions:
-            raise TicTacSetupError("fit has not traced its train function yet")
-        concrete = functions[-1]
-        extraction = tf_extract.extract_concrete_function(concrete, remote_variables=["/job:ps"])
+            raise TicTacSetupError(f"Keras has not traced its {self.mode} function yet")
         compute_times = None
-        algorithm = self.controller.settings.algorithm
-        if self.measure_compute or algorithm == "tac":
-            compute_times = self._compute_times(concrete)
-        self.controller.switch(extraction.graph, compute_times, bandwidth=self.bandwidth,
-                               late=set(extraction.dropped_inputs))
+        cb = self.callback
+        if cb.measure_compute or self.controller.settings.algorithm == "tac":
+            compute_times = _compute_times(model, functions[-1], self.mode,
+                                           required=self.controller.settings.algorithm == "tac")
+        switch_from_function(self.controller, functions[-1], compute_times, cb.bandwidth)
         self.controller.mark_pause(pause_start, time.time())
 
-    def _compute_times(self, concrete: Any) -> dict[str, float] | None:
-        from tictac_hooks.callbacks.compute_profile import profile_in_subprocess
-        batch = _batch_size(concrete)
-        try:
-            return profile_in_subprocess(self.model, batch, training=True)
-        except (ValueError, RuntimeError) as e:
-            if self.controller.settings.algorithm == "tac":
-                raise
-            log.warning("TicTac: no compute profile (%s); E will not be reported", e)
-            return None
+
+def switch_from_function(controller: Controller, concrete: Any,
+                         compute_times: dict[str, float] | None = None,
+                         bandwidth: float | None = None) -> None:
+    """Extracts the DAG of a traced step function and switches ``controller`` to it."""
+    from tictac_hooks.graph import tf_extract
+    extraction = tf_extract.extract_concrete_function(concrete, remote_variables=["/job:ps"])
+    # Reads ordered after same-step work (their inputs were dropped) are left unscheduled.
+    controller.switch(extraction.graph, compute_times, bandwidth=bandwidth,
+                      late=set(extraction.dropped_inputs))
+
+
+def _compute_times(model: Any, concrete: Any, mode: str, required: bool
+                   ) -> dict[str, float] | None:
+    from tictac_hooks.callbacks.compute_profile import profile_in_subprocess
+    try:
+        return profile_in_subprocess(model, _batch_size(concrete), training=mode == "train")
+    except (ValueError, RuntimeError) as e:
+        if required:
+            raise
+        log.warning("TicTac: no compute profile (%s); E will not be reported", e)
+        return None
 
 
 def _batch_size(concrete: Any, default: int = 32) -> int:

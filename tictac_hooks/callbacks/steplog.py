@@ -1,0 +1,138 @@
+"""Per-step records assembled from the parameter servers' transfer statistics.
+
+Each PS reports, per (step_id, destination worker), the transfers it handed back. A
+step of a worker is the union over PSes. A step is *finalized* once a later step of the
+same worker exists (its step time is the gap between their first transfers); finalized
+steps are handed out once and then only their aggregates are kept, so memory stays
+bounded over any number of steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+from typing import Any, Callable, Iterable
+
+from tictac_hooks.callbacks.tensorboard import PROFILING, SCHEDULED, StepRecord
+
+_KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
+_KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
+
+
+@dataclasses.dataclass
+class _Pending:
+    per_ps: dict[str, dict[str, Any]]
+
+    @property
+    def start(self) -> float:
+        return min(r["start"] for r in self.per_ps.values())
+
+    @property
+    def end(self) -> float:
+        return max(r["end"] for r in self.per_ps.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(r["bytes"] for r in self.per_ps.values())
+
+    @property
+    def scheduled(self) -> bool:
+        return any(r.get("schedule_version") is not None for r in self.per_ps.values())
+
+    def followed_order(self) -> bool:
+        """Every PS handed its listed transfers back in non-decreasing priority, with no
+        skip and no violation."""
+        for r in self.per_ps.values():
+            if r.get("skips") or r.get("violations"):
+                return False
+            last = -1
+            for t in r.get("transfers", ()):
+                if t.get("state") == "listed" and t.get("priority") is not None:
+                    if t["priority"] < last:
+                        return False
+                    last = t["priority"]
+        return True
+
+
+class StepLog:
+    """Merges PS step records into per-worker steps (see module docstring)."""
+
+    def __init__(self, destination_jobs: Iterable[str] = ("worker",)) -> None:
+        self.destination_jobs = tuple(destination_jobs)
+        self._pending: dict[str, dict[int, _Pending]] = collections.defaultdict(dict)
+        self._finalized_ids: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=_KEEP_FINALIZED_IDS))
+        self._count: dict[str, int] = collections.defaultdict(int)
+        self.served: dict[str, set[str]] = collections.defaultdict(set)  # while profiling
+        self.best_link_rate: float | None = None                          # bytes/s
+        self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
+        self.order = collections.Counter()  # scheduled / followed / skips / violations
+
+    def is_destination(self, worker: str) -> bool:
+        return any(f"/job:{job}/" in worker for job in self.destination_jobs)
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        for rec in records:
+            worker = rec["worker"]
+            if not rec["order"] or not self.is_destination(worker):
+                continue  # e.g. the coordinator's own reads while workers train
+            if rec["step_id"] in self._finalized_ids[worker]:
+                continue
+            step = self._pending[worker].setdefault(rec["step_id"], _Pending({}))
+            step.per_ps[rec.get("ps", "")] = rec
+            if rec.get("schedule_version") is None:
+                self.served[worker].update(rec["order"])
+                if rec["end"] > rec["start"] and rec["bytes"] > 0:
+                    rate = rec["bytes"] / (rec["end"] - rec["start"])
+                    self.best_link_rate = max(self.best_link_rate or 0.0, rate)
+
+    def finalize(self, excluded: Callable[[float, float], bool],
+                 efficiency: Callable[[_Pending, float | None], float | None],
+                 everything: bool = False) -> list[StepRecord]:
+        """Finalizes every pending step that has a successor (all, if ``everything``).
+
+        ``excluded(start, end)`` says a step interval must get no step time (it holds
+        TicTac's own pause); ``efficiency`` gives a step's measured E.
+        """
+        out = []
+        for worker, pending in self._pending.items():
+            steps = sorted(pending.items(), key=lambda kv: kv[1].start)
+            ready = steps if everything else steps[:-1]
+            for i, (step_id, step) in enumerate(ready):
+                nxt = steps[i + 1][1].start if i + 1 < len(steps) else None
+                step_time = None if nxt is None else nxt - step.start
+                if step_time is not None and excluded(step.start, nxt):
+                    step_time = None
+                phase = SCHEDULED if step.scheduled else PROFILING
+                index = self._count[worker]
+                self._count[worker] += 1
+                out.append(StepRecord(worker=worker, step=index, start=step.start,
+                                      step_time=step_time, transfer_span=step.end - step.start,
+                                      phase=phase, efficiency=efficiency(step, step_time)))
+                # Step 0 holds tracing and start-up: not a steady-state step.
+                if step_time is not None and index > 0:
+                    self.step_times[(worker, phase)].append(step_time)
+                if phase == SCHEDULED:
+                    self.order["scheduled_steps"] += 1
+                    self.order["followed"] += step.followed_order()
+                    self.order["skips"] += sum(r.get("skips", 0) for r in step.per_ps.values())
+                    self.order["violations"] += sum(r.get("violations", 0)
+                                                    for r in step.per_ps.values())
+                self._finalized_ids[worker].append(step_id)
+                del pending[step_id]
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """Steps, and median step time per phase, per worker; order statistics."""
+        workers: dict[str, Any] = {}
+        for worker, count in sorted(self._count.items()):
+            entry: dict[str, Any] = {"steps": count}
+            for phase, label in ((PROFILING, "profiling"), (SCHEDULED, "scheduled")):
+                times = self.step_times.get((worker, phase))
+                if times:
+                    entry[f"{label}_steps"] = len(times)
+                    entry[f"{label}_median_step_time"] = statistics.median(times)
+            workers[worker] = entry
+        return {"workers": workers, "order": dict(self.order)}
