@@ -6,9 +6,19 @@ down on exit, also when the caller fails: each child runs in its own process gro
 is killed as a whole; a child dies with its parent (``PR_SET_PDEATHSIG`` on Linux); an
 ``atexit`` hook kills whatever is left.
 
+With ``network=`` a :class:`~tictac_hooks.enforce.netns.ShapedNetwork`, every task runs
+in its own network namespace behind a shaped link instead, at ``<host address>:2222``
+(a PS's TensorFlow server behind the rendezvous at ``:2223``); clients run there too,
+through :meth:`LocalCluster.spawn_in`.
+
 Example:
   with LocalCluster(num_ps=1, num_workers=1, rendezvous=True) as cluster:
       print(cluster.spec, cluster.ps_addresses)
+
+  hosts = cluster_hosts(num_ps=1, num_workers=1)        # ps0, worker0, client
+  with ShapedNetwork(hosts, rate="1gbit") as net, \
+          LocalCluster(num_ps=1, num_workers=1, network=net) as cluster:
+      cluster.spawn_in("client", [sys.executable, "train.py"]).wait(600)
 """
 
 from __future__ import annotations
@@ -25,9 +35,15 @@ import sys
 import tempfile
 import time
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from tictac_hooks.enforce.server import free_port
+
+if TYPE_CHECKING:
+    from tictac_hooks.enforce.netns import ShapedNetwork
+
+TASK_PORT = 2222  # every task's address in a shaped network: <its host>:TASK_PORT
+PRIVATE_PORT = 2223  # a PS's TensorFlow server behind the rendezvous, there
 
 _PR_SET_PDEATHSIG = 1
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
@@ -67,6 +83,7 @@ class Task:
     process: subprocess.Popen
     log_path: str
     private_address: str | None = None
+    host: str | None = None
 
     def log(self, tail: int = 4000) -> str:
         try:
@@ -101,6 +118,12 @@ class LocalCluster:
       direct_workers: indices of workers whose TensorFlow server gets
         :meth:`direct_spec` (they reach every PS without the rendezvous), to compare
         both paths in one cluster.
+      network: an open :class:`~tictac_hooks.enforce.netns.ShapedNetwork` with hosts
+        ``ps<i>``, ``worker<i>`` (and ``chief`` when ``chief``), see
+        :func:`~tictac_hooks.enforce.netns.cluster_hosts`; each task runs in its
+        host's namespace (default None: every task on 127.0.0.1). The caller opens and
+        closes the network around the cluster. The caller's own namespace cannot reach
+        the tasks then: run clients with :meth:`spawn_in`.
 
     The cluster spec names each PS's public address: the rendezvous's, when it has one.
     ``ps_private_addresses[i]`` is the TensorFlow server behind it (the direct path).
@@ -110,20 +133,33 @@ class LocalCluster:
                  rendezvous: bool | Sequence[bool] = True, chief: bool = False,
                  skip_after_s: float | None = None, start_timeout_s: float = 120.0,
                  env: Mapping[str, str] | None = None, log_dir: str | None = None,
-                 direct_workers: Sequence[int] = ()) -> None:
+                 direct_workers: Sequence[int] = (),
+                 network: "ShapedNetwork | None" = None) -> None:
         if isinstance(rendezvous, bool):
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
             raise ValueError(f"rendezvous has {len(rendezvous)} entries for {num_ps} PS")
         self.rendezvous = list(rendezvous)
-        self.spec: dict[str, list[str]] = {
-            "ps": [f"127.0.0.1:{free_port()}" for _ in range(num_ps)],
-            "worker": [f"127.0.0.1:{free_port()}" for _ in range(num_workers)]}
-        if chief:
-            self.spec["chief"] = [f"127.0.0.1:{free_port()}"]
-        self.ps_private_addresses = [
-            f"127.0.0.1:{free_port()}" if rv else addr
-            for rv, addr in zip(self.rendezvous, self.spec["ps"])]
+        self.network = network
+        jobs = {"ps": num_ps, "worker": num_workers, **({"chief": 1} if chief else {})}
+        if network is None:
+            self.spec: dict[str, list[str]] = {
+                job: [f"127.0.0.1:{free_port()}" for _ in range(n)] for job, n in jobs.items()}
+            self.ps_private_addresses = [
+                f"127.0.0.1:{free_port()}" if rv else addr
+                for rv, addr in zip(self.rendezvous, self.spec["ps"])]
+        else:
+            missing = [self.host(job, i) for job, n in jobs.items() for i in range(n)
+                       if self.host(job, i) not in network.hosts]
+            if missing:
+                raise ValueError(f"the network has no host(s) {missing} for this cluster; "
+                                 f"build it with cluster_hosts({num_ps}, {num_workers}, "
+                                 f"chief={chief}); it has {network.hosts}")
+            self.spec = {job: [f"{network.address(self.host(job, i))}:{TASK_PORT}"
+                               for i in range(n)] for job, n in jobs.items()}
+            self.ps_private_addresses = [
+                f"{network.address(self.host('ps', i))}:{PRIVATE_PORT}" if rv else addr
+                for i, (rv, addr) in enumerate(zip(self.rendezvous, self.spec["ps"]))]
         self.direct_workers = set(direct_workers)
         self.skip_after_s = skip_after_s
         self.start_timeout_s = start_timeout_s
@@ -147,6 +183,11 @@ class LocalCluster:
     def rendezvous_addresses(self) -> list[str]:
         """The PS addresses that have a rendezvous (control service) behind them."""
         return [a for a, rv in zip(self.spec["ps"], self.rendezvous) if rv]
+
+    @staticmethod
+    def host(job: str, index: int) -> str:
+        """The network host a task runs on: ``chief``, or ``<job><index>``."""
+        return "chief" if job == "chief" else f"{job}{index}"
 
     def direct_spec(self) -> dict[str, list[str]]:
         """The cluster spec with every PS at its TensorFlow server's own address
@@ -174,6 +215,8 @@ class LocalCluster:
                 args = ["ps", "--cluster-spec", json.dumps(self.spec), "--task-index", str(i)]
                 if rv:
                     args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
+                    if self.network is not None:
+                        args += ["--bind-host", self.network.address(self.host("ps", i))]
                     if self.skip_after_s is not None:
                         args += ["--skip-after", str(self.skip_after_s)]
                 else:
@@ -193,13 +236,15 @@ class LocalCluster:
     def _start_task(self, job: str, index: int, args: list[str]) -> Task:
         log_path = os.path.join(self.log_dir, f"{job}{index}.log")
         log = open(log_path, "wb")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tictac_hooks.enforce.cli", *args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.child_env(), preexec_fn=_die_with_parent)
+        argv = [sys.executable, "-m", "tictac_hooks.enforce.cli", *args]
+        popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                     env=self.child_env(), preexec_fn=_die_with_parent)
+        host = self.host(job, index) if self.network is not None else None
+        proc = (self.network.run(host, argv, **popen) if host is not None
+                else subprocess.Popen(argv, **popen))
         log.close()
         private = self.ps_private_addresses[index] if job == "ps" else None
-        task = Task(job, index, self.spec[job][index], proc, log_path, private)
+        task = Task(job, index, self.spec[job][index], proc, log_path, private, host)
         self.tasks.append(task)
         return task
 
@@ -211,11 +256,22 @@ class LocalCluster:
         self._extra.append(proc)
         return proc
 
-    def wait_ready(self, timeout_s: float | None = None) -> None:
-        """Waits until every task answers gRPC (a Ping to the rendezvous, which runs
-        after its TensorFlow server started; channel readiness for the others)."""
-        import grpc
+    def spawn_in(self, host: str, argv: Sequence[str], **popen: Any) -> subprocess.Popen:
+        """Starts a process (a client, a PSS coordinator on ``chief``) in a host of the
+        shaped network, where it reaches every task; torn down with the cluster. Without
+        a network it is :meth:`spawn`."""
+        if self.network is None:
+            return self.spawn(argv, **popen)
+        popen.setdefault("env", self.child_env())
+        popen.setdefault("preexec_fn", _die_with_parent)
+        proc = self.network.run(host, list(argv), **popen)
+        self._extra.append(proc)
+        return proc
 
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Waits until every task answers: gRPC channel readiness on localhost (the
+        rendezvous listens after its TensorFlow server started); in a shaped network, a
+        TCP connection from another host, through the bridge."""
         deadline = time.monotonic() + (timeout_s or self.start_timeout_s)
         for task in self.tasks:
             while True:
@@ -226,18 +282,27 @@ class LocalCluster:
                 if left <= 0:
                     raise ClusterError(f"{task.job}:{task.index} at {task.address} did not "
                                        f"answer within the start timeout:\n{task.log()}")
-                with grpc.insecure_channel(task.address) as channel:
-                    try:
-                        grpc.channel_ready_future(channel).result(timeout=min(1.0, left))
-                    except grpc.FutureTimeoutError:
-                        continue
+                addresses = [task.address]
                 if task.private_address and task.private_address != task.address:
-                    with grpc.insecure_channel(task.private_address) as channel:
-                        try:
-                            grpc.channel_ready_future(channel).result(timeout=min(1.0, left))
-                        except grpc.FutureTimeoutError:
-                            continue
-                break
+                    addresses.append(task.private_address)
+                if all(self._answers(task, a, min(1.0, left)) for a in addresses):
+                    break
+                if self.network is not None:
+                    time.sleep(0.1)
+
+    def _answers(self, task: Task, address: str, timeout_s: float) -> bool:
+        if self.network is not None:
+            others = [h for h in self.network.hosts if h != task.host]
+            return self.network.can_connect(others[0] if others else task.host, address,
+                                            timeout_s)
+        import grpc
+
+        with grpc.insecure_channel(address) as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=timeout_s)
+                return True
+            except grpc.FutureTimeoutError:
+                return False
 
     def task(self, job: str, index: int = 0) -> Task:
         return next(t for t in self.tasks if t.job == job and t.index == index)

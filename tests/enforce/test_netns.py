@@ -1,0 +1,186 @@
+"""The shaped test network: rate and latency as configured, nothing left behind, and a
+real graph-mode cluster training through the rendezvous across it. Needs root and tc;
+every test that needs them skips with the reason otherwise."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tictac_hooks.enforce import netns
+from tictac_hooks.enforce.launcher import LocalCluster, repo_pythonpath
+from tictac_hooks.enforce.netns import NetworkError, ShapedNetwork, cluster_hosts
+
+OK, WHY = netns.available()
+
+
+def _skip_without_root():
+    if not OK:
+        pytest.skip(f"no shaped network here: {WHY}")
+
+
+def _ours(net_id=None):
+    prefix = f"{netns.PREFIX}-{net_id}-" if net_id else f"{netns.PREFIX}-{os.getpid()}-"
+    return [n for n in netns._namespaces() if n.startswith(prefix)]
+
+
+def _root_links():
+    return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.count("\n")
+
+
+def test_rates_and_host_names_are_checked():
+    assert netns.rate_bits("1gbit") == 10**9
+    assert netns.rate_bits("100mbit") == 10**8
+    assert netns.rate_bits(2.5e6) == 2_500_000
+    with pytest.raises(ValueError, match="1gbit"):
+        netns.rate_bits("fast")
+    with pytest.raises(ValueError, match="distinct names"):
+        ShapedNetwork(["ps0", "ps0"])
+    with pytest.raises(ValueError, match="distinct names"):
+        ShapedNetwork(["Worker-0"])
+    ok, why = netns.available()
+    assert isinstance(ok, bool) and (ok or why), (ok, why)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("rate,mib", [("100mbit", 12), ("1gbit", 64)])
+def test_bulk_transfer_runs_at_the_configured_rate(rate, mib):
+    _skip_without_root()
+    with ShapedNetwork(["a", "b"], rate=rate) as net:
+        want = netns.rate_bits(rate)
+        for src, dst in (("a", "b"), ("b", "a")):
+            r = net.bulk_transfer(src, dst, mib << 20, timeout_s=30)
+            print(f"\n{rate} {src}->{dst}: goodput {r['goodput_bits'] / 1e6:.1f} Mbit/s, "
+                  f"wire {r['wire_bits'] / 1e6:.1f} Mbit/s in {r['seconds']:.2f} s")
+            assert abs(r["wire_bits"] / want - 1) <= 0.15, r
+            assert abs(r["goodput_bits"] / want - 1) <= 0.15, r
+
+
+@pytest.mark.root
+def test_latency_shows_up_in_the_round_trip():
+    _skip_without_root()
+    ok, why = netns.available(latency=True)
+    if not ok:
+        pytest.skip(f"latency cannot be emulated here: {why}")
+    with ShapedNetwork(["a", "b"], rate="1gbit") as net:
+        base = sorted(net.tcp_rtt("a", "b", 20))[10]
+        net.reshape(latency_ms=5.0)
+        shaped = sorted(net.tcp_rtt("a", "b", 20))[10]
+    print(f"\nRTT without latency {base * 1e3:.3f} ms, with 5 ms one-way {shaped * 1e3:.3f} ms")
+    assert base < 0.002
+    assert 0.010 <= shaped <= 0.010 + base + 0.004
+
+
+@pytest.mark.root
+def test_latency_without_netem_is_a_clear_error_and_leaves_nothing():
+    _skip_without_root()
+    ok, why = netns.available(latency=True)
+    if ok:
+        pytest.skip("this kernel has netem: latency works (tested above)")
+    before = _ours()
+    with pytest.raises(NetworkError, match="netem"):
+        ShapedNetwork(["a", "b"], latency_ms=1.0).open()
+    assert _ours() == before
+
+
+@pytest.mark.root
+def test_close_after_an_exception_leaves_no_namespace_link_or_process():
+    _skip_without_root()
+    links = _root_links()
+    with pytest.raises(RuntimeError, match="boom"):
+        with ShapedNetwork(["a", "b", "c"], rate="100mbit") as net:
+            names = net.namespaces()
+            assert set(names) <= set(netns._namespaces())
+            sleeper = net.run("b", ["sleep", "30"])
+            raise RuntimeError("boom")
+    assert sleeper.poll() is not None
+    assert not set(names) & set(netns._namespaces())
+    assert _root_links() == links, "links were left in (or added to) the root namespace"
+
+
+_CRASH = textwrap.dedent("""
+    import os, signal, sys, time
+    from tictac_hooks.enforce.netns import ShapedNetwork
+    net = ShapedNetwork(["a", "b"]).open()
+    net.run("a", ["sleep", "30"])
+    print(net.id, flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # no cleanup at all
+    time.sleep(30)  # waits for SIGTERM
+""")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("how", ["kill", "term"])
+def test_a_crashed_or_terminated_owner_leaves_nothing_after_cleanup_stale(how):
+    _skip_without_root()
+    proc = subprocess.Popen([sys.executable, "-c", _CRASH, how], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": repo_pythonpath()})
+    try:
+        net_id = proc.stdout.readline().strip()
+        assert net_id, "the child did not build its network"
+        assert len(_ours(net_id)) == 3
+        if how == "term":
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == (-signal.SIGKILL if how == "kill" else -signal.SIGTERM)
+        left = _ours(net_id)
+        if how == "term":  # the handler cleaned up before dying of SIGTERM
+            assert left == []
+        removed = netns.cleanup_stale()
+        assert set(left) <= set(removed)
+        assert _ours(net_id) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+_CLIENT = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    from tests.enforce.test_cluster_graph import build
+    from tictac_hooks.enforce.client import RendezvousClient
+    worker, ps = sys.argv[1], sys.argv[2]
+    g, init, train, loss, _, _ = build(0)
+    with tf.compat.v1.Session("grpc://" + worker, graph=g) as s:
+        s.run(init)
+        losses = [float(s.run([train, loss])[1]) for _ in range(3)]
+    steps = [st for st in RendezvousClient(ps).stats()["steps"] if st["order"]]
+    print(json.dumps({"losses": losses, "steps": len(steps),
+                      "reads": sorted(steps[-1]["order"]) if steps else []}))
+""")
+
+
+@pytest.mark.root
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_cluster_in_namespaces_trains_through_the_rendezvous():
+    _skip_without_root()
+    with ShapedNetwork(cluster_hosts(1, 1), rate="1gbit") as net, \
+            LocalCluster(num_ps=1, num_workers=1, rendezvous=True, network=net) as c:
+        assert c.ps_addresses == [f"{net.address('ps0')}:2222"]
+        assert c.ps_private_addresses == [f"{net.address('ps0')}:2223"]
+        assert c.worker_addresses == [f"{net.address('worker0')}:2222"]
+        before = net.egress_bytes("ps0")
+        client = c.spawn_in("client", [sys.executable, "-c", _CLIENT, c.worker_addresses[0],
+                                       c.ps_addresses[0]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = client.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            client.kill()
+            pytest.fail(f"the client did not finish in 120 s:\n{c.task('ps', 0).log()}")
+        assert client.returncode == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+        sent = net.egress_bytes("ps0") - before
+    assert len(result["losses"]) == 3 and result["losses"][-1] < result["losses"][0], result
+    assert result["steps"] >= 3, result
+    assert len(result["reads"]) >= 4, result  # the rendezvous served the variable reads
+    assert sent > 4 * 16 * 16 * 4, sent  # through ps0's shaped link
+    assert not _ours(net.id)

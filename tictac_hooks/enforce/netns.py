@@ -1,0 +1,591 @@
+"""A shaped test network of Linux network namespaces, for clusters on one machine.
+
+:class:`ShapedNetwork` gives every host (a PS, a worker, the chief or a client) its own
+network namespace with one interface, ``eth0``, at ``10.213.0.<n>``. Each ``eth0`` is
+one end of a veth pair whose other end is a port of a bridge that lives in a namespace
+of its own, so nothing is created in the caller's namespace and the private range is
+never routed anywhere else. Every link is shaped in both directions with ``tc``: a token
+bucket (``tbf``) at ``rate`` on the host's egress and on the bridge port's egress
+(towards the host), and, when ``latency_ms`` is set, a ``netem`` delay on the host's
+egress, so that the one-way delay between two hosts is ``latency_ms`` and the round
+trip ``2 * latency_ms``.
+
+Names: every namespace is ``ttnet-<owner pid>-<random id>-<host>`` (the bridge's host
+is ``br``). :meth:`ShapedNetwork.close` (also on ``with`` exit, at interpreter exit and
+on SIGINT/SIGTERM) kills the processes it started and deletes its namespaces, which
+destroys the veth pairs and the bridge with them. :func:`cleanup_stale` removes what a
+crashed run (owner pid gone) left behind.
+
+Needs root, ``ip`` and ``tc`` (iproute2), and the ``tbf`` qdisc; ``latency_ms > 0``
+also needs ``netem`` (``CONFIG_NET_SCH_NETEM``), which some kernels lack.
+:func:`available` says whether it works here, and why not.
+
+Example:
+  ok, why = available()
+  if ok:
+      with ShapedNetwork(["ps0", "worker0"], rate="1gbit") as net:
+          print(net.address("ps0"), net.bulk_transfer("ps0", "worker0", 64 << 20))
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+PREFIX = "ttnet"
+SUBNET = "10.213.0"
+BRIDGE_HOST = "br"
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+_NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
+_STALE = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-")
+_GSO_MAX = 64 << 10
+_LIVE: "weakref.WeakSet[ShapedNetwork]" = weakref.WeakSet()
+_PREVIOUS_HANDLERS: dict[int, Any] = {}
+T = TypeVar("T")
+
+
+class NetworkError(RuntimeError):
+    """The shaped network cannot be built or used here (the message says why)."""
+
+
+def _cmd(argv: Sequence[str], check: bool = True, timeout: float = 20.0) -> str:
+    out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    if check and out.returncode != 0:
+        raise NetworkError(f"`{' '.join(argv)}` failed ({out.returncode}): "
+                           f"{out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout
+
+
+def rate_bits(rate: str | int | float) -> int:
+    """A rate as bits per second: a number, or ``<n>[k|m|g]bit`` (SI, as ``tc``)."""
+    if isinstance(rate, (int, float)):
+        bits = float(rate)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]?)(?:bit)?\s*", rate.lower())
+        if not m:
+            raise ValueError(f"rate {rate!r} is not a number of bit/s or like '1gbit', "
+                             f"'100mbit', '500kbit'")
+        bits = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+    if bits < 8000:
+        raise ValueError(f"rate {rate!r} is below 8 kbit/s")
+    return int(bits)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkShape:
+    """How one host's link is shaped (both directions)."""
+
+    rate_bits: int
+    latency_ms: float = 0.0
+    queue_ms: float = 20.0
+
+    @property
+    def burst_bytes(self) -> int:
+        # >= one GSO packet (so tbf never splits them), about 1 ms at the rate.
+        return max(2 * _GSO_MAX, self.rate_bits // 8 // 1000)
+
+    @property
+    def limit_bytes(self) -> int:
+        return self.burst_bytes + max(2 * _GSO_MAX, int(self.rate_bits / 8 * self.queue_ms / 1e3))
+
+    def tbf_args(self) -> list[str]:
+        return ["tbf", "rate", f"{self.rate_bits}bit", "burst", str(self.burst_bytes),
+                "limit", str(self.limit_bytes)]
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _enter_netns(namespace: str) -> None:
+    """Moves the calling thread (only it) into a named network namespace."""
+    fd = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if _libc().setns(fd, _CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns into {namespace}: {os.strerror(err)}")
+    finally:
+        os.close(fd)
+
+
+def call_in_netns(namespace: str, fn: Callable[[], T], timeout_s: float = 60.0) -> T:
+    """Runs ``fn`` in a fresh thread inside a network namespace; its sockets stay
+    there. Raises what ``fn`` raised, or TimeoutError."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            _enter_netns(namespace)
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    thread = threading.Thread(target=target, name=f"netns-{namespace}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"a call in namespace {namespace} took over {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: own process group, SIGKILL when the parent dies."""
+    os.setsid()
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _namespaces() -> list[str]:
+    if shutil.which("ip") is None:
+        return []
+    return [line.split()[0] for line in _cmd(["ip", "netns", "list"], check=False).splitlines()
+            if line.strip()]
+
+
+def _kill_namespace_processes(namespace: str) -> None:
+    for pid in _cmd(["ip", "netns", "pids", namespace], check=False).split():
+        with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+            os.kill(int(pid), signal.SIGKILL)
+
+
+def _delete_namespaces(names: Iterable[str]) -> None:
+    for name in names:
+        _kill_namespace_processes(name)
+        _cmd(["ip", "netns", "delete", name], check=False)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cleanup_stale(force: bool = False) -> list[str]:
+    """Deletes namespaces (and so their links) that earlier runs left behind: those
+    named ``ttnet-<pid>-...`` whose owner process is gone (every ``ttnet-`` namespace
+    not owned by a live network of this process when ``force``). Returns their names."""
+    own = {ns for net in list(_LIVE) for ns in net.namespaces()}
+    stale = []
+    for name in _namespaces():
+        m = _STALE.match(name)
+        if m and name not in own and (force or not _pid_alive(int(m.group(1)))):
+            stale.append(name)
+    _delete_namespaces(stale)
+    return stale
+
+
+def available(latency: bool = False) -> tuple[bool, str]:
+    """(True, "") when a shaped network can be built here, else (False, why): not root,
+    no ``ip``/``tc``, no namespaces, no ``tbf`` (or ``netem`` when ``latency``)."""
+    if os.name != "posix" or not hasattr(os, "geteuid"):
+        return False, "network namespaces need Linux"
+    if os.geteuid() != 0:
+        return False, f"network namespaces need root (running as uid {os.geteuid()})"
+    for tool in ("ip", "tc"):
+        if shutil.which(tool) is None:
+            return False, f"`{tool}` (iproute2) is not installed"
+    probe = f"{PREFIX}-{os.getpid()}-{secrets.token_hex(3)}-probe"
+    try:
+        _cmd(["ip", "netns", "add", probe])
+        _cmd(["ip", "-n", probe, "link", "add", "probe0", "type", "veth", "peer", "name",
+              "probe1"])
+        _cmd(["tc", "-n", probe, "qdisc", "add", "dev", "probe0", "root"] +
+             LinkShape(rate_bits(1e9)).tbf_args())
+        if latency:
+            try:
+                _cmd(["tc", "-n", probe, "qdisc", "add", "dev", "probe1", "root", "netem",
+                      "delay", "1ms"])
+            except NetworkError as e:
+                return False, (f"the netem qdisc (needed for latency) is missing in this "
+                               f"kernel (CONFIG_NET_SCH_NETEM): {e}")
+        return True, ""
+    except (NetworkError, OSError, subprocess.SubprocessError) as e:
+        return False, f"cannot build a shaped network here: {e}"
+    finally:
+        with contextlib.suppress(Exception):
+            _cmd(["ip", "netns", "delete", probe], check=False)
+
+
+def _close_all_live() -> None:
+    for net in list(_LIVE):
+        net.close()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    _close_all_live()
+    previous = _PREVIOUS_HANDLERS.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_signal_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        current = signal.getsignal(signum)
+        if current in (_on_signal, signal.SIG_IGN, None):
+            continue
+        _PREVIOUS_HANDLERS[signum] = current
+        signal.signal(signum, _on_signal)
+
+
+def _restore_signal_handlers() -> None:
+    if _LIVE or threading.current_thread() is not threading.main_thread():
+        return
+    for signum, previous in list(_PREVIOUS_HANDLERS.items()):
+        if signal.getsignal(signum) is _on_signal:
+            signal.signal(signum, previous)
+        del _PREVIOUS_HANDLERS[signum]
+
+
+atexit.register(_close_all_live)
+
+
+class ShapedNetwork:
+    """Hosts in network namespaces on a bridge, each link shaped in both directions.
+
+    Args:
+      hosts: host names, lowercase letters and digits starting with a letter (e.g.
+        "ps0", "worker0", "client"); each gets a namespace and an address.
+      rate: every link's rate, both directions: bit/s or a tc string like "1gbit"
+        (default "1gbit").
+      latency_ms: one-way delay between two hosts, added on each host's egress with
+        netem (default 0: none; > 0 fails where the kernel has no netem).
+      queue_ms: the token bucket's queue, in milliseconds at the rate (default 20).
+      mtu: the links' MTU (default: the veth default, 1500).
+      subnet: the /24 the hosts live in, only inside these namespaces (default
+        "10.213.0").
+
+    Example:
+      with ShapedNetwork(["ps0", "worker0"], rate="100mbit") as net:
+          proc = net.run("ps0", ["python3", "-c", "print('hi')"])
+    """
+
+    def __init__(self, hosts: Sequence[str], rate: str | int | float = "1gbit",
+                 latency_ms: float = 0.0, queue_ms: float = 20.0, mtu: int | None = None,
+                 subnet: str = SUBNET) -> None:
+        hosts = list(hosts)
+        bad = [h for h in hosts if not _NAME.match(h) or h == BRIDGE_HOST]
+        if bad or not hosts or len(set(hosts)) != len(hosts) or len(hosts) > 250:
+            raise ValueError(f"hosts must be 1 to 250 distinct names of lowercase letters "
+                             f"and digits starting with a letter, not {BRIDGE_HOST!r}; "
+                             f"got {hosts!r}")
+        if latency_ms < 0:
+            raise ValueError(f"latency_ms must be >= 0, got {latency_ms}")
+        self.hosts = hosts
+        self.shape = LinkShape(rate_bits(rate), float(latency_ms), float(queue_ms))
+        self.mtu = mtu
+        self.subnet = subnet
+        self.id = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self._shapes = {h: self.shape for h in hosts}
+        self._procs: list[subprocess.Popen] = []
+        self._open = False
+
+    # -- names and addresses ---------------------------------------------------------
+
+    def namespace(self, host: str) -> str:
+        """The network namespace of ``host`` (or of the bridge, ``"br"``)."""
+        if host != BRIDGE_HOST and host not in self.hosts:
+            raise KeyError(f"no host {host!r} in this network; hosts: {self.hosts}")
+        return f"{PREFIX}-{self.id}-{host}"
+
+    def namespaces(self) -> list[str]:
+        return [self.namespace(h) for h in self.hosts] + [self.namespace(BRIDGE_HOST)]
+
+    def address(self, host: str) -> str:
+        """The IPv4 address of ``host`` (reachable from every other host)."""
+        self.namespace(host)
+        return f"{self.subnet}.{self.hosts.index(host) + 1}"
+
+    def link_shape(self, host: str) -> LinkShape:
+        return self._shapes[host]
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def open(self) -> "ShapedNetwork":
+        """Builds the namespaces, the bridge and the shaped links."""
+        if self._open:
+            return self
+        if self.shape.latency_ms > 0:
+            ok, why = available(latency=True)
+            if not ok:
+                raise NetworkError(f"latency_ms={self.shape.latency_ms} cannot be "
+                                   f"emulated here: {why}; use latency_ms=0")
+        _LIVE.add(self)
+        self._open = True
+        _install_signal_handlers()
+        try:
+            br = self.namespace(BRIDGE_HOST)
+            _cmd(["ip", "netns", "add", br])
+            _cmd(["ip", "-n", br, "link", "add", "br0", "type", "bridge"])
+            _cmd(["ip", "-n", br, "link", "set", "br0", "up"])
+            for i, host in enumerate(self.hosts):
+                ns = self.namespace(host)
+                port = f"p{i}"
+                _cmd(["ip", "netns", "add", ns])
+                _cmd(["ip", "-n", br, "link", "add", port, "type", "veth", "peer", "name",
+                      "eth0", "netns", ns])
+                if self.mtu:
+                    _cmd(["ip", "-n", br, "link", "set", port, "mtu", str(self.mtu)])
+                    _cmd(["ip", "-n", ns, "link", "set", "eth0", "mtu", str(self.mtu)])
+                _cmd(["ip", "-n", br, "link", "set", port, "master", "br0", "up"])
+                _cmd(["ip", "-n", ns, "addr", "add", f"{self.address(host)}/24", "dev", "eth0"])
+                _cmd(["ip", "-n", ns, "link", "set", "eth0", "up"])
+                _cmd(["ip", "-n", ns, "link", "set", "lo", "up"])
+                self._apply_shape(host, self.shape)
+            self._check_connectivity()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _apply_shape(self, host: str, shape: LinkShape) -> None:
+        ns, br = self.namespace(host), self.namespace(BRIDGE_HOST)
+        port = f"p{self.hosts.index(host)}"
+        # Towards the host: the bridge port's egress.
+        _cmd(["tc", "-n", br, "qdisc", "replace", "dev", port, "root", "handle", "1:"] +
+             shape.tbf_args())
+        # From the host: its eth0's egress (netem delay first when there is latency).
+        _cmd(["tc", "-n", ns, "qdisc", "del", "dev", "eth0", "root"], check=False)
+        if shape.latency_ms > 0:
+            bdp_packets = int(shape.rate_bits / 8 * shape.latency_ms / 1e3 / 1500) * 2
+            _cmd(["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "handle", "1:",
+                  "netem", "delay", f"{shape.latency_ms}ms",
+                  "limit", str(max(10000, bdp_packets))])
+            _cmd(["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "parent", "1:1",
+                  "handle", "10:"] + shape.tbf_args())
+        else:
+            _cmd(["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "handle", "1:"] +
+                 shape.tbf_args())
+        self._shapes[host] = shape
+
+    def reshape(self, host: str | None = None, rate: str | int | float | None = None,
+                latency_ms: float | None = None) -> None:
+        """Changes the shape of one host's link (every link when ``host`` is None)."""
+        for h in ([host] if host else self.hosts):
+            old = self._shapes[h]
+            new = dataclasses.replace(
+                old, rate_bits=rate_bits(rate) if rate is not None else old.rate_bits,
+                latency_ms=old.latency_ms if latency_ms is None else float(latency_ms))
+            if new.latency_ms > 0 and old.latency_ms == 0:
+                ok, why = available(latency=True)
+                if not ok:
+                    raise NetworkError(f"latency_ms={new.latency_ms} cannot be emulated "
+                                       f"here: {why}")
+            self._apply_shape(h, new)
+
+    def _check_connectivity(self, timeout_s: float = 5.0) -> None:
+        """Every host reaches the first one (and the first reaches the second)."""
+        if len(self.hosts) < 2:
+            return
+        first = self.hosts[0]
+        with self.listener(first) as (_, port):
+            for host in self.hosts[1:]:
+                if not self.can_connect(host, f"{self.address(first)}:{port}", timeout_s):
+                    raise NetworkError(f"{host} cannot reach {first} at "
+                                       f"{self.address(first)}:{port} on the new bridge")
+
+    def close(self) -> None:
+        """Kills the processes started with :meth:`run` and deletes every namespace of
+        this network (idempotent)."""
+        for proc in self._procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self._procs:
+            with contextlib.suppress(Exception):
+                proc.wait(10)
+        if self._open:
+            present = set(_namespaces())
+            _delete_namespaces([ns for ns in self.namespaces() if ns in present])
+            self._open = False
+        _LIVE.discard(self)
+        _restore_signal_handlers()
+
+    def __enter__(self) -> "ShapedNetwork":
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- running things in a host ----------------------------------------------------
+
+    def command(self, host: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed to run in ``host``'s namespace (``ip netns exec``)."""
+        return ["ip", "netns", "exec", self.namespace(host), *argv]
+
+    def run(self, host: str, argv: Sequence[str], **popen: Any) -> subprocess.Popen:
+        """Starts ``argv`` in ``host``'s namespace; it runs in its own process group,
+        dies with the caller, and is killed by :meth:`close`."""
+        if not self._open:
+            raise NetworkError("the network is not open: use `with ShapedNetwork(...)`")
+        popen.setdefault("preexec_fn", _die_with_parent)
+        proc = subprocess.Popen(self.command(host, argv), **popen)
+        self._procs.append(proc)
+        return proc
+
+    def call(self, host: str, fn: Callable[[], T], timeout_s: float = 60.0) -> T:
+        """Runs ``fn`` in a thread inside ``host``'s namespace (see call_in_netns)."""
+        return call_in_netns(self.namespace(host), fn, timeout_s)
+
+    def can_connect(self, host: str, address: str, timeout_s: float = 1.0) -> bool:
+        """Whether a TCP connection from ``host`` to ``HOST:PORT`` succeeds."""
+        target_host, port = address.rsplit(":", 1)
+
+        def attempt() -> bool:
+            try:
+                with socket.create_connection((target_host.strip("[]"), int(port)),
+                                              timeout=timeout_s):
+                    return True
+            except OSError:
+                return False
+        return self.call(host, attempt, timeout_s + 5)
+
+    @contextlib.contextmanager
+    def listener(self, host: str):
+        """A listening TCP socket on ``host``'s address: yields (socket, port)."""
+        addr = self.address(host)
+
+        def make() -> socket.socket:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((addr, 0))
+            s.listen(8)
+            return s
+        sock = self.call(host, make, 10)
+        try:
+            yield sock, sock.getsockname()[1]
+        finally:
+            sock.close()
+
+    # -- diagnostics -----------------------------------------------------------------
+
+    def egress_bytes(self, host: str) -> int:
+        """Bytes the host's egress token bucket has sent (``tc -s``)."""
+        out = _cmd(["tc", "-j", "-s", "-n", self.namespace(host), "qdisc", "show", "dev",
+                    "eth0"])
+        return sum(int(q.get("bytes", 0)) for q in json.loads(out) if q.get("kind") == "tbf")
+
+    def bulk_transfer(self, src: str, dst: str, nbytes: int, timeout_s: float = 60.0
+                      ) -> dict[str, float]:
+        """Sends ``nbytes`` over one TCP connection from ``src`` to ``dst``. Returns
+        seconds (first to last byte at the receiver), goodput bit/s, and the wire rate
+        (bytes through ``src``'s token bucket, headers included, per second)."""
+        if nbytes <= 0:
+            raise ValueError(f"nbytes must be > 0, got {nbytes}")
+        chunk = bytes(1 << 20)
+        box: dict[str, float] = {}
+        with self.listener(dst) as (server, port):
+            server.settimeout(timeout_s)
+
+            def receive() -> None:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(timeout_s)
+                    got, first = 0, None
+                    buf = bytearray(1 << 20)
+                    while got < nbytes:
+                        n = conn.recv_into(buf)
+                        if n == 0:
+                            break
+                        if first is None:
+                            first = time.perf_counter()
+                        got += n
+                    box["seconds"] = time.perf_counter() - (first or time.perf_counter())
+                    box["received"] = got
+                    conn.sendall(b"k")
+
+            receiver = threading.Thread(target=lambda: call_in_netns(
+                self.namespace(dst), receive, timeout_s + 5), daemon=True)
+            receiver.start()
+            before = self.egress_bytes(src)
+
+            def send() -> None:
+                with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
+                    left = nbytes
+                    while left > 0:
+                        n = min(left, len(chunk))
+                        s.sendall(memoryview(chunk)[:n])
+                        left -= n
+                    s.recv(1)
+
+            self.call(src, send, timeout_s + 5)
+            receiver.join(timeout_s + 10)
+            sent = self.egress_bytes(src) - before
+        if box.get("received") != nbytes:
+            raise NetworkError(f"bulk transfer {src}->{dst}: {box.get('received')} of "
+                               f"{nbytes} bytes arrived")
+        secs = max(box["seconds"], 1e-9)
+        return {"seconds": secs, "goodput_bits": nbytes * 8 / secs,
+                "wire_bits": sent * 8 / secs}
+
+    def tcp_rtt(self, src: str, dst: str, count: int = 20, timeout_s: float = 10.0
+                ) -> list[float]:
+        """Round trips (seconds) of 1-byte echoes over one TCP_NODELAY connection."""
+        count = max(1, min(int(count), 1000))
+        with self.listener(dst) as (server, port):
+            server.settimeout(timeout_s)
+
+            def echo() -> None:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(timeout_s)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    for _ in range(count + 1):
+                        if not conn.recv(1):
+                            return
+                        conn.sendall(b"e")
+
+            t = threading.Thread(target=lambda: call_in_netns(
+                self.namespace(dst), echo, timeout_s * 2), daemon=True)
+            t.start()
+
+            def ping() -> list[float]:
+                with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
+                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    s.sendall(b"p")
+                    s.recv(1)  # warm-up (ARP, slow start)
+                    rtts = []
+                    for _ in range(count):
+                        t0 = time.perf_counter()
+                        s.sendall(b"p")
+                        if not s.recv(1):
+                            break
+                        rtts.append(time.perf_counter() - t0)
+                    return rtts
+
+            rtts = self.call(src, ping, timeout_s * 2)
+            t.join(timeout_s)
+        return rtts
+
+
+def cluster_hosts(num_ps: int, num_workers: int, chief: bool = False,
+                  clients: Sequence[str] = ("client",)) -> list[str]:
+    """The host names :class:`~tictac_hooks.enforce.launcher.LocalCluster` expects:
+    ps0.., worker0.., "chief" when ``chief``, then ``clients``."""
+    return ([f"ps{i}" for i in range(num_ps)] + [f"worker{i}" for i in range(num_workers)]
+            + (["chief"] if chief else []) + list(clients))
