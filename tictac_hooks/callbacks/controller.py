@@ -129,7 +129,7 @@ class Controller:
         self.steplog.add(stats_everywhere(self.ps_addresses)["steps"])
         records = self.steplog.finalize(self._pause_overlaps, self._efficiency, everything)
         if self._writer:
-            self._writer.write(r for r in records if r.step_time is not None)
+            self._writer.write(records)
         return records
 
     def _efficiency(self, step: Any, step_time: float | None) -> float | None:
