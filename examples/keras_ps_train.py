@@ -91,37 +91,9 @@ def main(argv):
             np.savez(FLAGS.save_weights, *model.get_weights())
         print(f"loss per epoch: {' '.join(f'{x:.4f}' for x in history.history['loss'])}")
         if FLAGS.tictac:
+            from common import print_summary, write_summary
             print_summary(tictac, log_dir)
-            if FLAGS.summary_json:
-                import json
-                with open(FLAGS.summary_json, "w") as f:
-                    json.dump(tictac.summary | {"algorithm": tictac.controller.settings.algorithm,
-                                                "scheduled_transfers": len(tictac.controller.schedule or ())}, f)
-
-
-def print_summary(tictac, log_dir: str) -> None:
-    c = tictac.controller
-    print(f"\nTicTac ({c.settings.algorithm}): switched after {c.settings.profile_steps} steps; "
-          f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
-    order = tictac.summary.get("order", {})
-    if order.get("scheduled_steps"):
-        print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
-              f"{order['scheduled_steps']} (skips {order.get('skips', 0)}, "
-              f"violations {order.get('violations', 0)})")
-    for worker, s in tictac.summary["workers"].items():
-        before = s.get("profiling_median_step_time")
-        after = s.get("scheduled_median_step_time")
-        line = f"  {worker}: {s['steps']} steps"
-        if before:
-            line += f"; median step time before {before * 1e3:.1f} ms"
-        if after:
-            line += f", after {after * 1e3:.1f} ms"
-        if before and after:
-            line += f" ({(before / after - 1) * 100:+.1f} % throughput)"
-        print(line)
-    print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
-          f"Transfer timeline (open in https://ui.perfetto.dev): "
-          f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")
+            write_summary(tictac, FLAGS.summary_json)
 
 
 if __name__ == "__main__":

@@ -113,3 +113,12 @@ def test_with_recvs_only_turns_unreceived_reads_into_free_compute():
     assert [o.name for o in h.recvs] == ["a"]
     assert h["b"].kind == "compute" and h["b"].time == 0.0 and h["b"].channel is None
     assert h["x"].inputs == ("a", "b")
+
+
+def test_merged_keeps_each_destinations_own_ranks():
+    a = Schedule.from_order("tic", ["a0", "b0", "c0"], {"a0": 0, "b0": 0, "c0": 2})
+    b = Schedule.from_order("tic", ["b1", "a1"])
+    m = Schedule.merged([a, b])
+    assert dict(m.priority) == {"a0": 0, "b0": 0, "c0": 2, "b1": 0, "a1": 1}
+    assert m.order == ("a0", "b0", "b1", "a1", "c0")
+    assert m.restricted(["b1", "a1"]) == b.restricted(["b1", "a1"])

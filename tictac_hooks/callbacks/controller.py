@@ -103,6 +103,7 @@ class Controller:
         self._link_rate: float | None = None
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
+        self._parts: list[tuple[Graph, Schedule]] = []
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
@@ -158,25 +159,64 @@ class Controller:
         return self.steplog.best_link_rate
 
     # --- the switch ---------------------------------------------------------------------
-    def switch(self, graph: Graph, compute_times: Mapping[str, float] | None = None,
+    def switch(self, graphs: Graph | Mapping[str, Graph],
+               compute_times: Mapping[str, float] | None = None,
                bandwidth: float | None = None, late: "set[str] | None" = None
                ) -> Schedule | None:
-        """Computes the order on ``graph`` and installs it on every PS.
+        """Computes the order and installs it on every PS.
 
-        ``graph`` is the worker's DAG as traced; recvs the PSes never served during
-        profiling become free compute ops (PS-side reads). ``late`` names recvs that in
-        TensorFlow depend on work done in the same step (e.g. a read of a variable after
-        an update the worker's gradient feeds): they cannot be ready at the start of the
-        step, so scheduling them early would stall every transfer behind them; they are
-        left unscheduled (they pass the rendezvous straight through). ``compute_times``
-        (seconds per compute op) is needed for TAC and for measured E. Returns the
-        schedule, or None for algorithm "none".
+        ``graphs`` is the worker's DAG as traced, or one DAG per worker task when the
+        workers receive differently named transfers (in-graph replication); each worker
+        then gets its own order, and each PS enforces every worker's order for that
+        worker. Recvs the PSes never served while profiling become free compute ops
+        (PS-side reads). ``late`` names recvs that in TensorFlow depend on work done in
+        the same step (e.g. a read of a variable after an update the worker's gradient
+        feeds): they cannot be ready at the start of the step, so scheduling them early
+        would stall every transfer behind them; they are left unscheduled (they pass
+        the rendezvous straight through). ``compute_times`` (seconds per compute op) is
+        needed for TAC and for measured E. Returns the (merged) schedule, or None for
+        algorithm "none".
         """
         import time as _time
         pause_start = _time.time()
         self.poll()
+        if isinstance(graphs, Graph):
+            graphs = {"worker": graphs}
         served = set().union(*self.served_transfers().values())
-        recv_names = {op.name for op in graph.recvs} - set(late or ())
+        self._link_rate = bandwidth or self.link_rate()
+        algorithm = self.settings.algorithm
+        parts = []
+        for worker, graph in graphs.items():
+            graph = self._received_only(graph, served, set(late or ()))
+            if compute_times is not None and not parts:
+                self.compute_seconds = sum(compute_times.get(op.name, 0.0)
+                                           for op in graph.compute_ops)
+            if algorithm == "tac":
+                graph = self._timed(graph, compute_times)
+            if algorithm == "none":
+                parts.append((graph, None))
+            else:
+                parts.append((graph, compute_order(graph, algorithm)))
+        self.graph = parts[0][0]
+        if algorithm == "none":
+            log.info("TicTac: algorithm 'none': profiling only, no schedule installed")
+            return None
+        self._parts = parts
+        self.schedule = parts[0][1] if len(parts) == 1 else \
+            Schedule.merged([sched for _, sched in parts])
+        if self.installs:
+            self._install(parts)
+        self.phase = SCHEDULED
+        self.switch_time = _time.time()
+        self.mark_pause(pause_start, self.switch_time)
+        if self._writer:
+            self._writer.text("tictac/switch", f"{algorithm} schedule of {len(self.schedule)} "
+                              f"transfers installed on {len(self.ps_addresses)} PS")
+        return self.schedule
+
+    @staticmethod
+    def _received_only(graph: Graph, served: set[str], late: set[str]) -> Graph:
+        recv_names = {op.name for op in graph.recvs} - late
         if served:
             matched = served & recv_names
             if not matched:
@@ -185,30 +225,8 @@ class Controller:
                     f"{sorted(served)[0]!r}) is a recv of the traced graph "
                     f"(e.g. {graph.recvs[0].name if graph.recvs else '(no recvs)'}): the "
                     "graph is not the one being trained")
-        else:
-            matched = recv_names
-        graph = graph.with_recvs_only(matched)
-        self._link_rate = bandwidth or self.link_rate()
-        if compute_times is not None:
-            self.compute_seconds = sum(compute_times.get(op.name, 0.0) for op in graph.compute_ops)
-        algorithm = self.settings.algorithm
-        if algorithm == "none":
-            self.graph = graph
-            log.info("TicTac: algorithm 'none': profiling only, no schedule installed")
-            return None
-        if algorithm == "tac":
-            graph = self._timed(graph, compute_times)
-        schedule = compute_order(graph, algorithm)
-        self.graph, self.schedule = graph, schedule
-        if self.installs:
-            self._install(graph, schedule)
-        self.phase = SCHEDULED
-        self.switch_time = _time.time()
-        self.mark_pause(pause_start, self.switch_time)
-        if self._writer:
-            self._writer.text("tictac/switch", f"{algorithm} schedule of {len(schedule)} "
-                              f"transfers installed on {len(self.ps_addresses)} PS")
-        return schedule
+            recv_names = matched
+        return graph.with_recvs_only(recv_names)
 
     def suspend(self) -> None:
         """Clears the schedule on every PS (e.g. while fit runs validation, whose
@@ -219,8 +237,8 @@ class Controller:
 
     def resume(self) -> None:
         """Re-installs the schedule after :meth:`suspend`."""
-        if self.installs and self.schedule is not None and self.graph is not None:
-            self._install(self.graph, self.schedule)
+        if self.installs and self.schedule is not None:
+            self._install(self._parts)
 
     def mark_pause(self, start: float, end: float) -> None:
         """Steps whose interval overlaps [start, end] (time TicTac itself held the
@@ -242,18 +260,24 @@ class Controller:
         times.update({op.name: op.bytes / self._link_rate for op in graph.recvs})
         return graph.with_times(times)
 
-    def _install(self, graph: Graph, schedule: Schedule) -> None:
+    def _install(self, parts: Sequence[tuple[Graph, Schedule]]) -> None:
+        """Each PS gets, per worker, that worker's order restricted to its transfers."""
         from tictac_hooks.enforce.client import RendezvousClient
-        for channel, part in schedule.per_channel(graph).items():
+        per_channel: dict[str, list[Schedule]] = {}
+        for graph, schedule in parts:
+            for channel, sub in schedule.per_channel(graph).items():
+                per_channel.setdefault(channel, []).append(sub)
+        for channel, subs in sorted(per_channel.items()):
             index = _channel_index(channel)
             if index >= len(self.ps_addresses):
                 raise ScheduleError(f"graph names channel {channel!r} but the cluster has "
                                     f"{len(self.ps_addresses)} PS tasks")
             address = self.ps_addresses[index]
+            part = subs[0] if len(subs) == 1 else Schedule.merged(subs)
             with RendezvousClient(address) as client:
                 self.install_results[address] = client.install(part)
-        log.info("TicTac: %s schedule of %d transfers installed on %d PS", schedule.algorithm,
-                 len(schedule), len(self.ps_addresses))
+        log.info("TicTac: %s schedule of %d transfers installed on %d PS",
+                 self.settings.algorithm, sum(len(s) for _, s in parts), len(per_channel))
 
     # --- end ------------------------------------------------------------------------------
     def finish(self) -> dict[str, Any]:

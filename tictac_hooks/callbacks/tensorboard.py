@@ -40,39 +40,55 @@ def worker_run_name(device: str) -> str:
 
 
 class StepTimeWriter:
-    """Writes :class:`StepRecord` series as TensorBoard scalars (TensorFlow imported lazily)."""
+    """Writes :class:`StepRecord` series as TensorBoard scalars.
+
+    Uses TensorBoard's own event-file writer and protos, not TensorFlow summary ops, so
+    it works the same in eager programs and in finalized tf.compat.v1 graphs.
+    """
 
     def __init__(self, log_dir: str) -> None:
         self.log_dir = log_dir
         self._writers: dict[str, Any] = {}
 
     def _writer(self, worker: str) -> Any:
-        import tensorflow as tf
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
         run = worker_run_name(worker)
         if run not in self._writers:
-            self._writers[run] = tf.summary.create_file_writer(os.path.join(self.log_dir, run))
+            self._writers[run] = EventFileWriter(os.path.join(self.log_dir, run))
         return self._writers[run]
 
+    def _scalars(self, worker: str, step: int, wall_time: float,
+                 values: dict[str, float]) -> None:
+        from tensorboard.compat.proto import event_pb2, summary_pb2
+        summary = summary_pb2.Summary(value=[
+            summary_pb2.Summary.Value(tag=tag, simple_value=float(v)) for tag, v in values.items()])
+        self._writer(worker).add_event(
+            event_pb2.Event(wall_time=wall_time, step=step, summary=summary))
+
     def write(self, records: Iterable[StepRecord]) -> int:
-        import tensorflow as tf
         n = 0
         for r in records:
-            with self._writer(r.worker).as_default():
-                tf.summary.scalar("tictac/phase", r.phase, step=r.step)
-                tf.summary.scalar("tictac/transfer_span", r.transfer_span, step=r.step)
-                if r.step_time is not None and r.step_time > 0:
-                    tf.summary.scalar("tictac/step_time", r.step_time, step=r.step)
-                    tf.summary.scalar("tictac/throughput", 1.0 / r.step_time, step=r.step)
-                if r.efficiency is not None:
-                    tf.summary.scalar("tictac/efficiency", r.efficiency, step=r.step)
+            values = {"tictac/phase": r.phase, "tictac/transfer_span": r.transfer_span}
+            if r.step_time is not None and r.step_time > 0:
+                values["tictac/step_time"] = r.step_time
+                values["tictac/throughput"] = 1.0 / r.step_time
+            if r.efficiency is not None:
+                values["tictac/efficiency"] = r.efficiency
+            self._scalars(r.worker, r.step, r.start, values)
             n += 1
         self.flush()
         return n
 
     def text(self, tag: str, text: str, step: int = 0) -> None:
-        import tensorflow as tf
-        with self._writer("/job:tictac/replica:0/task:0").as_default():
-            tf.summary.text(tag, text, step=step)
+        import time
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+        from tensorboard.plugins.text import metadata
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()])
+        value = summary_pb2.Summary.Value(
+            tag=tag, tensor=tensor, metadata=metadata.create_summary_metadata(tag, ""))
+        self._writer("/job:tictac/replica:0/task:0").add_event(
+            event_pb2.Event(wall_time=time.time(), step=step,
+                            summary=summary_pb2.Summary(value=[value])))
         self.flush()
 
     def flush(self) -> None:

@@ -59,11 +59,14 @@ class InstallResult:
 class _Installed:
     """One installed schedule, restricted to the transfers this PS serves."""
 
-    __slots__ = ("version", "algorithm", "priority", "names_by_priority", "size", "listed")
+    __slots__ = ("version", "algorithm", "priority", "names_by_priority", "size", "listed",
+                 "schedule", "expected")
 
     def __init__(self, version: int, schedule: Schedule, expected: set[str]) -> None:
         self.version = version
         self.algorithm = schedule.algorithm
+        self.schedule = schedule
+        self.expected = frozenset(expected)
         names = [n for n in schedule.order if n in expected]
         # Local priority: how many expected transfers have a strictly smaller priority
         # (ties stay ties), so the global [0, n) numbers work on a PS serving a subset.
@@ -76,6 +79,19 @@ class _Installed:
         self.names_by_priority = tuple(names)
         self.size = len(names)
         self.listed = frozenset(schedule.order)
+
+    def for_destination(self, served: set[str]) -> "_Installed":
+        """The view one destination enforces: only what this PS has served *to it*.
+
+        The counter is per (step, destination), so a destination must not wait for
+        transfers that only other destinations receive (in-graph replication: each
+        tower reads through its own ops; a schedule may cover several workers)."""
+        if not served:
+            return self
+        expected = self.expected & served
+        if expected == self.expected:
+            return self
+        return _Installed(self.version, self.schedule, set(expected))
 
 
 class Ticket:
@@ -188,6 +204,9 @@ class Gate:
         self._step_binding: dict[int, _Installed | None] = {}
         self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=history)
         self._served: set[str] = set()
+        self._served_by_dest: dict[str, set[str]] = collections.defaultdict(set)
+        self._views: dict[tuple[int, str], _Installed] = {}
+        self._served_at_install: dict[str, set[str]] = {}
         self._absent_streak: dict[str, int] = {}
         self.totals = collections.Counter()
 
@@ -200,6 +219,9 @@ class Gate:
         expected = names & served if served else names
         unmatched = tuple(n for n in schedule.order if served and n not in served)
         self._installed = _Installed(next(self._versions), schedule, expected)
+        # What each destination had been served when the schedule was installed.
+        self._served_at_install = {d: set(n) for d, n in self._served_by_dest.items()}
+        self._views.clear()
         self._absent_streak.clear()
         return InstallResult(self._installed.version, len(schedule), len(expected),
                              unmatched, len(served))
@@ -207,6 +229,7 @@ class Gate:
     def clear(self) -> int:
         """Removes the schedule; steps that start from now on pass straight through."""
         self._installed = None
+        self._views.clear()
         self._absent_streak.clear()
         return next(self._versions)
 
@@ -222,6 +245,7 @@ class Gate:
         ticket = Ticket(step_id, dest, name, now)
         if len(self._served) < self.max_served_names:
             self._served.add(name)
+            self._served_by_dest[dest].add(name)
         channel = self._channel(step_id, dest, now)
         ticket.channel = channel
         installed = channel.installed
@@ -309,9 +333,23 @@ class Gate:
                     self._finish(ch)
         channel = chans.get(dest)
         if channel is None:
-            channel = chans[dest] = _Channel(step_id, dest, self._step_binding[step_id])
+            channel = chans[dest] = _Channel(step_id, dest, self._view(step_id, dest))
             channel.t_first = now
         return channel
+
+    def _view(self, step_id: int, dest: str) -> _Installed | None:
+        """The schedule a step bound to, as ``dest`` enforces it (cached per version)."""
+        installed = self._step_binding[step_id]
+        if installed is None:
+            return None
+        key = (installed.version, dest)
+        view = self._views.get(key)
+        if view is None:
+            if len(self._views) > 4 * self.max_active_steps:
+                self._views.clear()
+            view = self._views[key] = installed.for_destination(
+                self._served_at_install.get(dest, set()))
+        return view
 
     def _release(self, channel: _Channel, ticket: Ticket) -> None:
         if ticket.state == LISTED and ticket.name not in channel.done:

@@ -80,6 +80,27 @@ class Schedule:
                 priority[name] = rank
         return Schedule(self.algorithm, tuple(order), priority)
 
+    @classmethod
+    def merged(cls, schedules: "Sequence[Schedule]") -> "Schedule":
+        """One schedule enforcing each of ``schedules`` for its own destination.
+
+        Used when destinations receive differently named transfers (in-graph
+        replication: each tower reads through its own ops). The rendezvous counts per
+        destination, so a name keeps the priority it has in its own schedule; a name in
+        several keeps the smallest.
+        """
+        if not schedules:
+            raise ScheduleError("nothing to merge")
+        priority: dict[str, int] = {}
+        first_seen: dict[str, int] = {}
+        for s in schedules:
+            for name in s.order:
+                first_seen.setdefault(name, len(first_seen))
+                priority[name] = min(priority.get(name, s.priority[name]), s.priority[name])
+        order = sorted(priority, key=lambda n: (priority[n], first_seen[n]))
+        algorithms = sorted({s.algorithm for s in schedules})
+        return cls("+".join(algorithms), tuple(order), priority)
+
     def per_channel(self, graph: Graph) -> "dict[str, Schedule]":
         """channel (PS task) -> the restricted schedule that PS enforces."""
         self.check_fits(graph)

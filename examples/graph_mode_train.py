@@ -1,0 +1,130 @@
+"""Graph-mode (tf.compat.v1) PS training with TicTac as a session hook.
+
+Starts a local cluster (1 PS behind the TicTac rendezvous, 2 workers by default) and
+trains an MLP with in-graph replication, as in the paper: one client builds a tower on
+every worker, averages their gradients and applies them to the variables on the PS,
+all inside `MonitoredTrainingSession(hooks=[TicTacHook(...)])`.
+
+    .venv/bin/python examples/graph_mode_train.py --steps 60 --log_dir runs/graph
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from absl import app, flags, logging  # noqa: E402
+
+import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
+
+flags.DEFINE_integer("steps", 60, "Training steps.")
+flags.DEFINE_integer("workers", 2, "Worker tasks (one tower each).")
+flags.DEFINE_integer("ps", 1, "Parameter-server tasks (variables placed round-robin).")
+flags.DEFINE_integer("batch_size", 64, "Per-tower batch size.")
+flags.DEFINE_integer("seed", 3, "Graph-level random seed.")
+flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
+flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
+flags.DEFINE_boolean("tictac", True, "Add the TicTac hook (--notictac: plain training).")
+FLAGS = flags.FLAGS
+FLAGS.set_default("tictac_profile_steps", 15)
+
+LAYERS = (256, 512, 512, 512, 256, 10)
+
+
+def build(tf, num_workers: int, num_ps: int, batch_size: int, seed: int):
+    """Variables on the PS tasks, one tower per worker, averaged gradients."""
+    tf.compat.v1.set_random_seed(seed)
+    with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
+        weights = []
+        for i, (n_in, n_out) in enumerate(zip(LAYERS[:-1], LAYERS[1:])):
+            weights.append(tf.compat.v1.get_variable(
+                f"dense{i}/kernel", [n_in, n_out],
+                initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed + i)))
+            weights.append(tf.compat.v1.get_variable(
+                f"dense{i}/bias", [n_out], initializer=tf.compat.v1.zeros_initializer()))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+    tower_grads, losses = [], []
+    for w in range(num_workers):
+        with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"tower{w}"):
+            x = tf.random.stateless_normal([batch_size, LAYERS[0]], seed=[seed, w])
+            labels = tf.random.stateless_uniform([batch_size], seed=[seed, 100 + w],
+                                                 maxval=LAYERS[-1], dtype=tf.int32)
+            h = x
+            for i in range(0, len(weights), 2):
+                h = tf.matmul(h, weights[i]) + weights[i + 1]
+                if i + 2 < len(weights):
+                    h = tf.nn.relu(h)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=labels, logits=h))
+            losses.append(loss)
+            tower_grads.append(tf.gradients(loss, weights))
+    with tf.device("/job:worker/task:0"):
+        grads = [tf.add_n(list(g)) / num_workers for g in zip(*tower_grads)]
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).apply_gradients(
+            zip(grads, weights), global_step=global_step)
+        mean_loss = tf.add_n(losses) / num_workers
+    return train_op, mean_loss, weights
+
+
+class FinalValues:
+    """A hook that reads tensors once, when the session ends (not every step)."""
+
+    def __init__(self, tensors):
+        self.tensors, self.values = tensors, None
+
+    def begin(self):
+        pass
+
+    def after_create_session(self, session, coord):
+        pass
+
+    def before_run(self, run_context):
+        return None
+
+    def after_run(self, run_context, run_values):
+        pass
+
+    def end(self, session):
+        self.values = session.run(self.tensors)
+
+
+def main(argv):
+    del argv
+    logging.set_verbosity(logging.WARNING)
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+
+    from tictac_hooks import TicTacHook
+    from tictac_hooks.enforce.launcher import LocalCluster
+
+    log_dir = FLAGS.log_dir or os.path.join("runs", "graph_mode_train")
+    with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True) as cluster:
+        cluster.start()
+        cluster.wait_ready()
+        train_op, loss, weights = build(tf, FLAGS.workers, FLAGS.ps, FLAGS.batch_size, FLAGS.seed)
+        final = FinalValues(weights)
+        hooks = [tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.steps), final]
+        tictac = TicTacHook(cluster_spec=cluster.spec, log_dir=log_dir)
+        if FLAGS.tictac:
+            hooks.append(tictac)
+        losses = []
+        with tf.compat.v1.train.MonitoredTrainingSession(
+                master="grpc://" + cluster.worker_addresses[0], is_chief=True, hooks=hooks,
+                checkpoint_dir=None, save_summaries_steps=None,
+                save_summaries_secs=None, log_step_count_steps=None) as sess:
+            while not sess.should_stop():
+                _, value = sess.run([train_op, loss])
+                losses.append(value)
+        print(f"loss: first {losses[0]:.4f}, last {losses[-1]:.4f} ({len(losses)} steps)")
+        if FLAGS.save_weights:
+            import numpy as np
+            np.savez(FLAGS.save_weights, *final.values)
+        if FLAGS.tictac:
+            from common import print_summary, write_summary
+            print_summary(tictac, log_dir)
+            write_summary(tictac, FLAGS.summary_json)
+
+
+if __name__ == "__main__":
+    app.run(main)

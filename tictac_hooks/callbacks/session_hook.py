@@ -1,0 +1,212 @@
+"""`TicTacHook`: TicTac for graph-mode (tf.compat.v1) training with a session hook."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from typing import Any, Mapping, Sequence
+
+from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
+                                               ps_addresses_from_cluster_spec)
+
+log = logging.getLogger("tictac")
+
+TRACED_STEPS = 3  # profiled steps run with FULL_TRACE (the last ones before the switch)
+
+
+def _hook_base() -> type:
+    import tensorflow as tf
+    return tf.compat.v1.train.SessionRunHook
+
+
+class TicTacHook(_hook_base()):  # type: ignore[misc]
+    """Receives parameters in one near-optimal order on every worker, from step N on.
+
+    For graph-mode training with ``tf.compat.v1.train.MonitoredTrainingSession`` (or
+    any ``SessionRunHook``-driven loop), between-graph replication (one hook per worker
+    process; the chief installs the schedule) or in-graph replication (one client
+    driving every worker's tower). The first ``profile_steps`` steps run in
+    TensorFlow's own order; the last few of them are traced
+    (``RunOptions(trace_level=FULL_TRACE, output_partition_graphs=True)``): the
+    worker's partition graph gives the DAG and ``step_stats`` the time oracle (per-op
+    compute times, transfer sizes). TIC or TAC then computes the order, which is
+    installed on the TicTac rendezvous of every PS.
+
+    Args:
+      algorithm: ``"tic"`` (default), ``"tac"`` or ``"none"`` (``--tictac_algorithm``).
+      profile_steps: steps before the switch (default 5, ``--tictac_profile_steps``);
+        the last ``min(3, profile_steps)`` are traced.
+      log_dir: TensorBoard step-time summaries and the transfer timeline
+        (``--tictac_log_dir``; default: nothing written).
+      skip_timeout: the rendezvous's wait bound per transfer (``--tictac_skip_timeout``).
+      cluster_spec: dict or ``tf.train.ClusterSpec`` naming the PS tasks (default: the
+        ``cluster`` of ``TF_CONFIG``).
+      workers: the worker tasks this client drives, e.g. ``["worker:0"]`` (default:
+        every worker task found in the traced partition graphs).
+      is_chief: install the schedule from this process (default: True, or the
+        ``TF_CONFIG`` task is the chief / worker 0).
+      bandwidth: link bytes/s for TAC's transfer times (default: measured).
+      poll_every: read step statistics from the PSes every N steps (default 50).
+
+    Example:
+      ```python
+      hook = TicTacHook(cluster_spec=cluster)
+      with tf.compat.v1.train.MonitoredTrainingSession(
+              master=server.target, is_chief=True, hooks=[hook]) as sess:
+          while not sess.should_stop():
+              sess.run(train_op)
+      ```
+    """
+
+    def __init__(self, algorithm: str | None = None, profile_steps: int | None = None,
+                 log_dir: str | None = None, skip_timeout: float | None = None,
+                 cluster_spec: Any = None, workers: Sequence[str] | None = None,
+                 is_chief: bool | None = None, bandwidth: float | None = None,
+                 poll_every: int = 50) -> None:
+        self.algorithm = algorithm
+        self.profile_steps = profile_steps
+        self.log_dir = log_dir
+        self.skip_timeout = skip_timeout
+        self.cluster_spec = cluster_spec
+        self.workers = list(workers) if workers else None
+        self.is_chief = is_chief
+        self.bandwidth = bandwidth
+        self.poll_every = poll_every
+        self.controller: Controller | None = None
+        self.summary: dict[str, Any] | None = None
+        self._step = 0
+        self._traced: list[Any] = []
+
+    # --- hook methods -----------------------------------------------------------------------
+    def begin(self) -> None:
+        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
+                                    self.skip_timeout)
+        spec = self.cluster_spec if self.cluster_spec is not None else _tf_config()["cluster"]
+        self.controller = Controller(ps_addresses_from_cluster_spec(spec), settings,
+                                     install=self._chief())
+        self.controller.connect()
+        self._step = 0
+        self._traced = []
+
+    def before_run(self, run_context: Any) -> Any:
+        import tensorflow as tf
+        n = self.controller.settings.profile_steps
+        if self.controller.schedule is None and n - min(TRACED_STEPS, n) <= self._step < n:
+            self._trace_start = time.time()
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                              output_partition_graphs=True)
+            return tf.compat.v1.train.SessionRunArgs(fetches=None, options=options)
+        return None
+
+    def after_run(self, run_context: Any, run_values: Any) -> None:
+        self._step += 1
+        n = self.controller.settings.profile_steps
+        metadata = run_values.run_metadata
+        if metadata is not None and metadata.partition_graphs:
+            self._traced.append(metadata)
+            # Tracing slows the step: its interval is not a step time.
+            self.controller.mark_pause(self._trace_start, time.time())
+        if self._step == n:
+            self._switch()
+        elif self._step % self.poll_every == 0:
+            self.controller.poll()
+
+    def end(self, session: Any) -> None:
+        if self.controller is not None:
+            self.summary = self.controller.finish()
+
+    # --- the switch ---------------------------------------------------------------------------
+    def _switch(self) -> None:
+        from tictac_hooks.graph import oracle, tf_extract
+        if not self._traced:
+            raise TicTacSetupError("no traced step: the session did not return run metadata "
+                                   "(is the hook's RunOptions honoured by this session?)")
+        pause_start = time.time()
+        partition_graphs = self._traced[-1].partition_graphs
+        workers = self.workers or _worker_tasks(partition_graphs)
+        graphs, late = {}, set()
+        compute: dict[str, float] = {}
+        for worker in workers:
+            ext = tf_extract.extract_partition_graphs(partition_graphs, worker=worker)
+            device = "/job:{}/replica:0/task:{}".format(*worker.split(":"))
+            transfers = oracle.transfers_from_step_stats(
+                [m.step_stats for m in self._traced], destination=device)
+            graph = tf_extract.with_recv_bytes(ext.graph, oracle.recv_bytes_from_transfers(transfers))
+            graphs[worker] = graph
+            late |= set(ext.dropped_inputs)
+            compute.update(oracle.times_from_step_stats(
+                [m.step_stats for m in self._traced], name_map=ext.name_map, device=device))
+        # Only parameter reads are scheduled; other PS-to-worker tensors (control-flow
+        # values, e.g. of a global-step update) depend on the step's own progress.
+        reads = _parameter_reads(partition_graphs)
+        for graph in graphs.values():
+            late |= {op.name for op in graph.recvs if op.name not in reads}
+        self.controller.switch(graphs, compute_times=compute, bandwidth=self.bandwidth,
+                               late=late)
+        self._traced = []  # free the metadata
+        self.controller.mark_pause(pause_start, time.time())
+
+    def _chief(self) -> bool:
+        if self.is_chief is not None:
+            return self.is_chief
+        if not os.environ.get("TF_CONFIG"):
+            return True  # one client (in-graph replication, or a single worker)
+        task = _tf_config().get("task", {})
+        if not task:
+            return True
+        return task.get("type") == "chief" or (task.get("type") == "worker"
+                                               and int(task.get("index", 0)) == 0)
+
+
+def _tf_config() -> Mapping[str, Any]:
+    raw = os.environ.get("TF_CONFIG")
+    if not raw:
+        raise TicTacSetupError("TicTacHook needs the cluster: pass cluster_spec=... or set "
+                               "TF_CONFIG (with a 'cluster' naming the 'ps' tasks)")
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise TicTacSetupError(f"TF_CONFIG is not valid JSON: {e}") from None
+    if "cluster" not in config:
+        raise TicTacSetupError("TF_CONFIG has no 'cluster'")
+    return config
+
+
+PARAMETER_READ_OPS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd",
+                                "VariableV2", "Variable", "VarHandleOp"})
+
+
+def _parameter_reads(partition_graphs: Sequence[Any], ps_job: str = "ps") -> set[str]:
+    """Names of the PS nodes that read a parameter (what TicTac orders): variable
+    reads, and ``Identity`` reads (``<var>/read``) of reference variables."""
+    reads = set()
+    for graph_def in partition_graphs:
+        nodes = {n.name: n for n in graph_def.node}
+        for node in graph_def.node:
+            if f"/job:{ps_job}/" not in node.device:
+                continue
+            if node.op in PARAMETER_READ_OPS:
+                reads.add(node.name)
+            elif node.op == "Identity" and node.input:
+                src = nodes.get(node.input[0].split(":")[0].lstrip("^"))
+                if src is not None and src.op in ("VariableV2", "Variable"):
+                    reads.add(node.name)
+    return reads
+
+
+def _worker_tasks(partition_graphs: Sequence[Any]) -> list[str]:
+    """Every ``worker:<i>`` task that ran a partition of the traced step."""
+    from tictac_hooks.graph.tf_extract import task_of
+    tasks = set()
+    for graph_def in partition_graphs:
+        for node in graph_def.node:
+            task = task_of(node.device)
+            if task and task.startswith("worker:"):
+                tasks.add(task)
+            break
+    if not tasks:
+        raise TicTacSetupError("the traced step ran on no 'worker' task: TicTacHook needs "
+                               "a PS cluster (replica_device_setter, worker and ps jobs)")
+    return sorted(tasks, key=lambda t: int(t.split(":")[1]))
