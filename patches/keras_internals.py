@@ -11,8 +11,9 @@ TensorFlow 2.21.
   ``Model._cluster_coordinator``; ``join()`` on it waits for every scheduled step.
 * ``ParameterServerStrategy`` (V2) leaves the public ``cluster_resolver`` property None
   and keeps the resolver as ``strategy._cluster_resolver``.
-* ``model.train_function`` is read by the fit loop on every step, so replacing it in
-  ``on_train_begin`` wraps each step (documented behaviour of neither Keras).
+* tf_keras refuses batch-level callbacks under ParameterServerStrategy unless the
+  callback sets ``_supports_tf_logs = True`` (it then gets the logs as RemoteValues,
+  unsynchronised); TicTac's callback reads no logs, it only counts steps.
 
 :func:`check_upstream` checks these on a model; ``tests/test_keras_callback.py`` calls it
 so an upstream change fails loudly.
@@ -68,6 +69,11 @@ def strategy_cluster_spec(strategy: Any) -> dict[str, Any]:
             f"cannot find the cluster resolver of {type(strategy).__name__}; update "
             "patches/keras_internals.py for this TensorFlow version")
     return resolver.cluster_spec().as_dict()
+
+
+def allow_batch_hooks_under_pss(callback: Any) -> None:
+    """Lets ``callback`` implement ``on_*_batch_end`` under ParameterServerStrategy."""
+    callback._supports_tf_logs = True
 
 
 def check_upstream(model: Any) -> None:

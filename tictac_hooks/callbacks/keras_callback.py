@@ -80,6 +80,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.summary: dict[str, Any] | None = None  # of the last finished run
         self._run: _Run | None = None
         self._epochs = 0
+        # Batch-level hooks under ParameterServerStrategy (logs stay RemoteValues).
+        from tictac_hooks.patches import keras_internals
+        keras_internals.allow_batch_hooks_under_pss(self)
 
     # --- hooks ---------------------------------------------------------------------------
     def set_model(self, model: Any) -> None:
@@ -94,8 +97,20 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         if self._run and self._epochs % self._run.controller.settings.stats_every == 0:
             self._run.controller.poll()
 
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._run and self._run.mode == "train":
+            self._run.after_step()
+
     def on_train_end(self, logs: Any = None) -> None:
         self._end("train")
+
+    def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._run and self._run.mode == "test":
+            self._run.after_step()
+
+    def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._run and self._run.mode == "predict":
+            self._run.after_step()
 
     def on_test_begin(self, logs: Any = None) -> None:
         if self._run and self._run.mode == "train":
@@ -127,13 +142,11 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         controller.connect()
         self.controller = controller
         self._run = _Run(self, mode, controller)
-        self._run.wrap()
 
     def _end(self, mode: str) -> None:
         run = self._run
         if run is None or run.mode != mode:
             return
-        run.unwrap()
         _join(self.model)
         self.summary = run.controller.finish()
         self._run = None
@@ -151,33 +164,20 @@ class _Run:
     def __init__(self, callback: TicTac, mode: str, controller: Controller) -> None:
         self.callback, self.mode, self.controller = callback, mode, controller
         self.steps = 0
-        self.original: Any = None
 
-    def wrap(self) -> None:
-        # The fit/evaluate/predict loops read model.<mode>_function on every step.
-        model = self.callback.model
-        attr = _MODE_FUNCTION[self.mode]
-        self.original = original = getattr(model, attr)
-        profile_steps = self.controller.settings.profile_steps
-
-        def step_function(iterator: Any) -> Any:
-            result = original(iterator)
-            self.steps += 1
-            if self.steps == profile_steps:
-                self.switch()
-            return result
-
-        setattr(model, attr, step_function)
-
-    def unwrap(self) -> None:
-        setattr(self.callback.model, _MODE_FUNCTION[self.mode], self.original)
+    def after_step(self) -> None:
+        """Called as each step is dispatched (scheduled on a worker under PSS)."""
+        self.steps += 1
+        if self.steps == self.controller.settings.profile_steps:
+            self.switch()
 
     def switch(self) -> None:
         from tictac_hooks.patches import keras_internals
         model = self.callback.model
         pause_start = time.time()
         _join(model)  # the profiled steps must have run, so the PSes saw them
-        functions = keras_internals.traced_step_functions(self.original)
+        step_function = getattr(model, _MODE_FUNCTION[self.mode])
+        functions = keras_internals.traced_step_functions(step_function)
         if not functions:
             raise TicTacSetupError(f"Keras has not traced its {self.mode} function yet")
         compute_times = None

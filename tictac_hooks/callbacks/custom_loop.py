@@ -1,0 +1,120 @@
+"""`TicTacLoop`: TicTac for custom `ClusterCoordinator.schedule` training loops.
+
+Keras 3's `model.fit` does not support ParameterServerStrategy; Keras 3 models do
+train under it in a custom loop. This object gives such a loop what the callback gives
+`fit`: call :meth:`TicTacLoop.step` once per scheduled step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
+                                               ps_addresses_from_cluster_spec)
+
+log = logging.getLogger("tictac")
+
+
+class TicTacLoop:
+    """Switches a custom ParameterServerStrategy loop to one fixed transfer order.
+
+    Counts the steps the loop schedules; after ``profile_steps`` it waits for them,
+    extracts the DAG of the traced ``step_function`` (the ``tf.function`` passed to
+    ``coordinator.schedule``), computes TIC or TAC and installs the order on every
+    PS's rendezvous. Later steps of every worker follow it.
+
+    Args:
+      coordinator: the loop's ``tf.distribute.experimental.coordinator.ClusterCoordinator``.
+      step_function: the ``tf.function`` the loop schedules.
+      algorithm, profile_steps, log_dir, skip_timeout: as for :class:`tictac_hooks.TicTac`
+        (defaults from the ``--tictac_*`` flags when parsed, else tic / 5 / None / 2.0).
+      model: the Keras model, needed for TAC's compute profile (rebuilt from its config
+        in a child process) and for the per-step efficiency E; optional for TIC.
+      batch_size: per-worker batch size for that profile (default 32).
+      bandwidth: link bytes/s for TAC's transfer times (default: measured).
+
+    Example:
+      ```python
+      coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+      with TicTacLoop(coordinator, train_step) as tictac:
+          for _ in range(steps):
+              coordinator.schedule(train_step, args=(iterator,))
+              tictac.step()
+      print(tictac.summary)
+      ```
+    """
+
+    def __init__(self, coordinator: Any, step_function: Any, algorithm: str | None = None,
+                 profile_steps: int | None = None, log_dir: str | None = None,
+                 skip_timeout: float | None = None, model: Any = None,
+                 batch_size: int = 32, bandwidth: float | None = None) -> None:
+        if not hasattr(step_function, "_list_all_concrete_functions"):
+            raise TicTacSetupError(
+                "step_function must be the tf.function the loop passes to "
+                "coordinator.schedule (wrap it with @tf.function)")
+        self.coordinator = coordinator
+        self.step_function = step_function
+        self.model = model
+        self.batch_size = batch_size
+        self.bandwidth = bandwidth
+        self.settings = Settings.resolve(algorithm, profile_steps, log_dir, skip_timeout)
+        self.controller: Controller | None = None
+        self.summary: dict[str, Any] | None = None
+        self.steps = 0
+
+    def __enter__(self) -> "TicTacLoop":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finish()
+
+    def start(self) -> None:
+        """Connects to every PS's rendezvous (clear error if one has none)."""
+        from tictac_hooks.patches import keras_internals
+        spec = keras_internals.strategy_cluster_spec(self.coordinator.strategy)
+        self.controller = Controller(ps_addresses_from_cluster_spec(spec), self.settings)
+        self.controller.connect()
+
+    def step(self) -> None:
+        """Call once after each ``coordinator.schedule`` of the step function."""
+        if self.controller is None:
+            self.start()
+        self.steps += 1
+        if self.steps == self.settings.profile_steps:
+            self._switch()
+        elif self.steps % 50 == 0:
+            self.controller.poll()
+
+    def finish(self) -> dict[str, Any]:
+        """Waits for scheduled steps, reads the final statistics, writes the logs."""
+        if self.controller is None:
+            return {}
+        self.coordinator.join()
+        self.summary = self.controller.finish()
+        return self.summary
+
+    def _switch(self) -> None:
+        from tictac_hooks.callbacks.keras_callback import switch_from_function
+        from tictac_hooks.patches import keras_internals
+        pause_start = time.time()
+        self.coordinator.join()  # the profiled steps ran; the PSes recorded them
+        functions = keras_internals.traced_step_functions(self.step_function)
+        if not functions:
+            raise TicTacSetupError("the step function has not been traced yet")
+        compute_times = None
+        if self.model is not None:
+            from tictac_hooks.callbacks.compute_profile import profile_in_subprocess
+            try:
+                compute_times = profile_in_subprocess(self.model, self.batch_size)
+            except (ValueError, RuntimeError) as e:
+                if self.settings.algorithm == "tac":
+                    raise
+                log.warning("TicTac: no compute profile (%s); E will not be reported", e)
+        elif self.settings.algorithm == "tac":
+            raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
+                                   "measure compute times; or use algorithm='tic'")
+        switch_from_function(self.controller, functions[-1], compute_times, self.bandwidth)
+        self.controller.mark_pause(pause_start, time.time())
