@@ -275,7 +275,8 @@ class Controller:
             address = self.ps_addresses[index]
             part = subs[0] if len(subs) == 1 else Schedule.merged(subs)
             with RendezvousClient(address) as client:
-                self.install_results[address] = client.install(part)
+                self.install_results[address] = client.install(
+                    part, skip_after_s=self.settings.skip_timeout)
         log.info("TicTac: %s schedule of %d transfers installed on %d PS",
                  self.settings.algorithm, sum(len(s) for _, s in parts), len(per_channel))
 

@@ -69,9 +69,13 @@ class RendezvousClient:
     def ping(self) -> bool:
         return bool(self._call("Ping").get("ok"))
 
-    def install(self, schedule: Schedule) -> InstallResult:
-        """Installs ``schedule``; steps starting after this run under it."""
-        r = self._call("Install", {"schedule": schedule.to_json()})
+    def install(self, schedule: Schedule, skip_after_s: float | None = None) -> InstallResult:
+        """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
+        also sets how long the PS waits for a scheduled transfer before skipping it."""
+        body: dict[str, Any] = {"schedule": schedule.to_json()}
+        if skip_after_s is not None:
+            body["skip_after_s"] = skip_after_s
+        r = self._call("Install", body)
         return InstallResult(r["version"], r["transfers"], r["expected"],
                              tuple(r["unmatched"]), r["served"])
 

@@ -505,6 +505,11 @@ class Rendezvous:
             args = json.loads(request.decode() or "{}") if request else {}
             if verb == "Install":
                 schedule = Schedule.from_json(args.get("schedule"), source="installed schedule")
+                skip_after_s = args.get("skip_after_s")
+                if skip_after_s is not None:
+                    if not (isinstance(skip_after_s, (int, float)) and skip_after_s > 0):
+                        raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")
+                    self.gate.skip_after_s = float(skip_after_s)
                 result: Any = self.gate.install(schedule).to_json()
             elif verb == "Clear":
                 result = {"version": self.gate.clear()}
