@@ -26,8 +26,11 @@ channel should therefore not mix TensorFlow and control calls;
 from __future__ import annotations
 
 import asyncio
+import collections
+import itertools
 import json
 import logging
+import socket
 import struct
 import threading
 import time
@@ -52,8 +55,9 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, \
     WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 _HEADER = struct.Struct(">I B I")  # (length << 8 | type) split below, flags, stream
-WRITE_HIGH_WATER = 8 << 20
-READ_BUFFER = 1 << 20
+RESPONSE_BUFFER = 4 << 20  # per connection, upstream -> client (tensors)
+REQUEST_BUFFER = 256 << 10  # per connection, client -> upstream (requests)
+MIN_READ = 64 << 10        # least room worth a read while output is pending
 
 
 def _frame_header(buf, pos: int) -> tuple[int, int, int, int]:
@@ -81,6 +85,18 @@ def _data_payload(flags: int, payload) -> bytes:
     return bytes(payload)
 
 
+def _set_nodelay(sock: socket.socket) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+
+# What the request scanner does with the frame it is in.
+_PASS, _COLLECT, _DROP = 0, 1, 2
+
+
 class _Stream:
     """A RecvTensor request stream: its held DATA frames, then its ticket."""
 
@@ -94,108 +110,308 @@ class _Stream:
         self.answered = False
 
 
-class _Connection(asyncio.Protocol):
-    """One client connection and its upstream connection."""
+class _Pipe:
+    """One direction of a connection: ``src`` socket -> ``dst`` socket through one
+    preallocated buffer.
 
-    def __init__(self, rv: "Rendezvous") -> None:
+    What is read goes to ``scan`` (the connection's frame scanner for this direction),
+    which appends what may go on, in order, to ``out``: views of the buffer (never
+    copied) or small ``bytes`` (held or reassembled frames). ``out`` is written with
+    ``send``/``sendmsg`` straight from those views. While output is pending the pipe
+    keeps reading into the rest of the buffer; when less than ``MIN_READ`` is left it
+    stops reading until the destination has taken everything, so backpressure reaches
+    the source's TCP window (and from there HTTP/2 flow control) without any copy or
+    unbounded queue. The buffer is reused from its start whenever ``out`` is empty.
+    """
+
+    __slots__ = ("conn", "loop", "src", "dst", "buf", "view", "size", "tail", "out",
+                 "reading", "writing", "paused", "scan", "closing")
+
+    def __init__(self, conn: "_Connection", loop: asyncio.AbstractEventLoop,
+                 src: socket.socket, size: int, scan: Callable[[memoryview], None]) -> None:
+        self.conn = conn
+        self.loop = loop
+        self.src = src
+        self.dst: socket.socket | None = None
+        self.size = size
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+        self.tail = 0
+        self.out: collections.deque = collections.deque()
+        self.reading = False
+        self.writing = False
+        self.paused = False       # reading held off by the connection (routing)
+        self.scan = scan
+        self.closing = False      # no more reading; close dst once out is empty
+
+    # -- reading -----------------------------------------------------------------
+
+    def want_read(self) -> None:
+        """Reads when there is room and nothing holds reading off."""
+        want = (not self.paused and not self.closing
+                and (not self.out or self.size - self.tail >= MIN_READ))
+        if want and not self.reading:
+            self.reading = True
+            self.loop.add_reader(self.src.fileno(), self._on_readable)
+        elif not want and self.reading:
+            self.reading = False
+            self.loop.remove_reader(self.src.fileno())
+
+    def _on_readable(self) -> None:
+        if not self.out:
+            self.tail = 0
+        tail = self.tail
+        try:
+            n = self.src.recv_into(self.view[tail:])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.conn.lost(self, e)
+            return
+        if not n:
+            self.conn.lost(self, None)
+            return
+        self.tail = tail + n
+        self.scan(self.view[tail:tail + n])
+        if self.out:
+            self.flush()
+        if self.out and self.size - self.tail < MIN_READ:
+            self.want_read()
+
+    # -- writing -----------------------------------------------------------------
+
+    def send(self, chunks) -> None:
+        """Queues ``chunks`` (bytes) after everything queued so far, and writes."""
+        self.out.extend(chunks)
+        self.flush()
+
+    def flush(self) -> None:
+        dst, out = self.dst, self.out
+        if dst is None:
+            return
+        while out:
+            try:
+                if len(out) == 1:
+                    n = dst.send(out[0])
+                else:
+                    n = dst.sendmsg(list(itertools.islice(out, 0, 64)))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self.conn.lost(self, e, writing=True)
+                return
+            while n:
+                head = out[0]
+                k = len(head)
+                if n >= k:
+                    out.popleft()
+                    n -= k
+                else:
+                    out[0] = memoryview(head)[n:]
+                    n = 0
+            if out and len(out) < 64:
+                break  # the socket took less than offered: wait until writable
+        if out:
+            if not self.writing:
+                self.writing = True
+                self.loop.add_writer(dst.fileno(), self.flush)
+        else:
+            self.tail = 0
+            if self.writing:
+                self.writing = False
+                self.loop.remove_writer(dst.fileno())
+            if self.closing:
+                self.conn.drained(self)
+                return
+            if not self.reading:
+                self.want_read()
+
+    def stop(self) -> None:
+        """No more reading or writing (the sockets are closed by the connection)."""
+        if self.reading:
+            self.reading = False
+            self.loop.remove_reader(self.src.fileno())
+        if self.writing and self.dst is not None:
+            self.writing = False
+            self.loop.remove_writer(self.dst.fileno())
+        self.out.clear()
+        self.closing = True
+
+
+class _Connection:
+    """One client connection and its upstream connection: two pipes.
+
+    Client -> upstream: the frames are scanned to keep the HPACK decoder in step, find
+    RecvTensor streams and hold their DATA frames until their turn, route the
+    connection on its first request, and drop the client's ACK of our greeting;
+    everything else streams through (large DATA payloads are never copied).
+    Upstream -> client: everything is forwarded as it comes; frame headers are watched
+    for the response HEADERS / DATA / RST_STREAM of RecvTensor streams with tickets.
+    """
+
+    def __init__(self, rv: "Rendezvous", sock: socket.socket) -> None:
         self.rv = rv
-        self.client: asyncio.Transport | None = None
-        self.upstream: asyncio.Transport | None = None
-        self.upstream_proto: _Upstream | None = None
-        self.inbuf = bytearray()          # client bytes not yet parsed
-        self.pending = bytearray()        # parsed client bytes waiting for the upstream
-        self.preface_seen = False
-        self.drop_settings_ack = True     # the client's ACK of our greeting
+        self.loop = asyncio.get_running_loop()
+        self.client = sock
+        self.upstream: socket.socket | None = None
+        self.c2u = _Pipe(self, self.loop, sock, REQUEST_BUFFER, self._scan_request)
+        self.u2c: _Pipe | None = None
+        self.closed = False
+        # request scanner state
+        self.preface = bytearray()
+        self.hdr = bytearray()          # an incomplete frame header
+        self.remaining = 0              # payload bytes of the current frame still to come
+        self.mode = _PASS
+        self.frame = bytearray()        # the frame being collected (header + payload)
+        self.frame_info: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self.drop_settings_ack = True   # the client's ACK of our greeting
         self.decoder = Decoder()
         self.header_stream = 0
         self.header_block = bytearray()
         self.first_path = b""
         self.streams: dict[int, _Stream] = {}
+        self.tickets: dict[int, _Stream] = {}
         self.routed = False
-        self.closed = False
+        # response watcher state
+        self.rhdr = bytearray()
+        self.skip = 0                   # payload bytes of the current response frame to come
+        self.skip_stream: _Stream | None = None
 
-    # -- client side -----------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.client = transport
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        transport.write(EMPTY_SETTINGS)
+    def start(self) -> None:
         self.rv.connections.add(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
+        try:
+            self.client.send(EMPTY_SETTINGS)
+        except OSError as e:
+            self.lost(self.c2u, e)
             return
-        if not self.inbuf and self.preface_seen and self.routed:
-            out = self._parse(data, 0)
-        else:
-            self.inbuf += data
-            if not self.preface_seen:
-                if len(self.inbuf) < len(PREFACE):
-                    return
-                if bytes(self.inbuf[:len(PREFACE)]) != PREFACE:
-                    log.warning("not an HTTP/2 client; closing")
-                    self.client.close()
-                    return
-                self.pending += self.inbuf[:len(PREFACE)]
-                del self.inbuf[:len(PREFACE)]
-                self.preface_seen = True
-            buf = bytes(self.inbuf)
-            self.inbuf.clear()
-            out = self._parse(buf, 0)
-        if out:
-            self._to_upstream(out)
+        self.c2u.want_read()
 
-    def _to_upstream(self, chunks: list) -> None:
-        if self.upstream is not None:
-            self.upstream.writelines(chunks)
-        else:
-            for c in chunks:
-                self.pending += c
+    # -- client -> upstream: the request scanner -----------------------------------
 
-    def _parse(self, buf: bytes, pos: int) -> list:
-        """Walks the client's frames; returns what may go upstream now, in order."""
-        out: list = []
-        run_start = pos
-        n = len(buf)
+    def _scan_request(self, data: memoryview) -> None:
+        out = self.c2u.out
+        n = len(data)
+        pos = run = 0
+        if len(self.preface) < len(PREFACE):
+            k = min(len(PREFACE) - len(self.preface), n)
+            self.preface += data[:k]
+            pos = run = k
+            if len(self.preface) < len(PREFACE):
+                return
+            if self.preface != PREFACE:
+                log.warning("not an HTTP/2 client; closing")
+                self.close()
+                return
+            out.append(PREFACE)
         streams = self.streams
-        while pos + 9 <= n:
-            length, ftype, flags, sid = _frame_header(buf, pos)
-            end = pos + 9 + length
-            if end > n:
-                break
+        while pos < n:
+            if self.remaining:
+                k = min(self.remaining, n - pos)
+                mode = self.mode
+                if mode == _COLLECT:
+                    self.frame += data[pos:pos + k]
+                pos += k
+                self.remaining -= k
+                if mode != _PASS:
+                    run = pos
+                    if not self.remaining and mode == _COLLECT:
+                        frame = bytes(self.frame)
+                        self.frame = bytearray()
+                        self._collected(frame, memoryview(frame)[9:], *self.frame_info)
+                        if self.closed:
+                            return
+                continue
+            # A frame header starts at pos (or continues one begun in an earlier read).
+            if self.hdr or n - pos < 9:
+                if run < pos:
+                    out.append(data[run:pos])
+                k = min(9 - len(self.hdr), n - pos)
+                self.hdr += data[pos:pos + k]
+                pos = run = pos + k
+                if len(self.hdr) < 9:
+                    break
+                header = bytes(self.hdr)
+                self.hdr.clear()
+                length, ftype, flags, sid = _frame_header(header, 0)
+                split = True
+            else:
+                length, ftype, flags, sid = _frame_header(data, pos)
+                header = None
+                split = False
+            mode = _PASS
             if ftype == DATA:
                 stream = streams.get(sid)
                 if stream is not None and not stream.released:
-                    if run_start < pos:
-                        out.append(buf[run_start:pos])
-                    run_start = end
-                    self._hold(sid, stream, buf[pos:end], flags,
-                               memoryview(buf)[pos + 9:end], out)
+                    mode = _COLLECT
             elif ftype == HEADERS or ftype == CONTINUATION:
-                self._headers(ftype, flags, sid, memoryview(buf)[pos + 9:end])
-                if not self.routed and self.header_stream == 0:
-                    # First complete request header block: route, then continue.
-                    if run_start < end:
-                        out.append(buf[run_start:end])
-                    run_start = end
-                    self._route_later(out)
-                    out = []
+                mode = _COLLECT
             elif ftype == SETTINGS and flags & ACK and self.drop_settings_ack:
                 self.drop_settings_ack = False
-                if run_start < pos:
-                    out.append(buf[run_start:pos])
-                run_start = end
+                mode = _DROP
             elif ftype == RST_STREAM:
-                stream = streams.pop(sid, None)
-                if stream is not None and stream.ticket is not None and not stream.answered:
-                    stream.held.clear()
-                    self.rv.gate.abandon(stream.ticket)
-            pos = end
-        if run_start < pos:
-            out.append(buf[run_start:pos])
-        if pos < n:
-            self.inbuf += buf[pos:]
-        return out
+                self._reset(sid)
+            if mode == _PASS:
+                if split:
+                    out.append(header)
+                else:
+                    pos += 9
+                self.remaining = length
+                self.mode = _PASS
+                continue
+            # A frame handled whole: flush the run before it.
+            if not split:
+                if run < pos:
+                    out.append(data[run:pos])
+                start = pos
+                pos += 9
+                if mode == _COLLECT and pos + length <= n:  # all here: no reassembly
+                    end = pos + length
+                    frame = data[start:end]
+                    pos = run = end
+                    self._collected(frame, data[start + 9:end], length, ftype, flags, sid)
+                    if self.closed:
+                        return
+                    continue
+                header = data[start:pos]
+            run = pos
+            self.mode = mode
+            self.remaining = length
+            if mode == _COLLECT:
+                self.frame = bytearray(header)
+                self.frame_info = (length, ftype, flags, sid)
+                if not length:
+                    self.frame = bytearray()
+                    frame = bytes(header)
+                    self._collected(frame, memoryview(frame)[9:], length, ftype, flags, sid)
+                    if self.closed:
+                        return
+        if run < pos:
+            out.append(data[run:pos])
+
+    def _collected(self, frame, payload, length: int, ftype: int, flags: int,
+                   sid: int) -> None:
+        """A whole HEADERS / CONTINUATION frame, or DATA of a held stream (``frame`` is
+        a view of the read buffer or bytes)."""
+        out = self.c2u.out
+        if ftype == DATA:
+            stream = self.streams.get(sid)
+            if stream is not None and not stream.released:
+                self._hold(sid, stream, bytes(frame), flags, payload, out)
+            else:  # released (or reset) while it was coming in
+                out.append(frame)
+            return
+        out.append(frame)
+        self._headers(ftype, flags, sid, payload)
+        if not self.routed and self.header_stream == 0:
+            self._route()
+
+    def _reset(self, sid: int) -> None:
+        stream = self.streams.pop(sid, None)
+        if stream is not None and stream.ticket is not None and not stream.answered:
+            stream.held.clear()
+            stream.answered = True
+            self.tickets.pop(sid, None)
+            self.rv.gate.abandon(stream.ticket)
 
     def _headers(self, ftype: int, flags: int, sid: int, payload) -> None:
         if ftype == HEADERS:
@@ -205,6 +421,7 @@ class _Connection(asyncio.Protocol):
         if not flags & END_HEADERS:
             return
         block, self.header_stream = bytes(self.header_block), 0
+        self.header_block = bytearray()
         try:
             headers = self.decoder.decode(block, raw=True)
         except HPACKError as e:  # keep forwarding; we just cannot gate this connection
@@ -218,7 +435,7 @@ class _Connection(asyncio.Protocol):
             self.streams[sid] = _Stream()
 
     def _hold(self, sid: int, stream: _Stream, frame: bytes, flags: int, payload,
-              out: list) -> None:
+              out) -> None:
         """Holds a RecvTensor stream's DATA frame; once the request message is complete,
         asks the gate, and releases the frames now (into ``out``, keeping their place
         after the stream's HEADERS) or when the future says."""
@@ -241,8 +458,7 @@ class _Connection(asyncio.Protocol):
                 self._release(sid, stream, out)
                 return
             stream.ticket = ticket
-            if self.upstream_proto is not None:
-                self.upstream_proto.tickets[sid] = stream
+            self.tickets[sid] = stream
             turn = self.rv.gate.request(ticket)
             if turn is None:
                 self._release(sid, stream, out)
@@ -251,9 +467,9 @@ class _Connection(asyncio.Protocol):
         elif flags & END_STREAM:
             self._release(sid, stream, out)
 
-    def _release(self, sid: int, stream: _Stream, out: list | None = None) -> None:
+    def _release(self, sid: int, stream: _Stream, out=None) -> None:
         """Sends a held stream's DATA frames upstream: into ``out`` when called while
-        parsing (so they follow everything parsed before them), else at once."""
+        scanning (so they follow everything scanned before them), else at once."""
         if stream.released:
             return
         stream.released = True
@@ -263,160 +479,183 @@ class _Connection(asyncio.Protocol):
         if out is not None:
             out.extend(held)
         elif held and not self.closed:
-            self._to_upstream(held)
+            self.c2u.send(held)
 
-    def _route_later(self, out: list) -> None:
+    # -- routing -----------------------------------------------------------------
+
+    def _route(self) -> None:
         self.routed = True
-        for c in out:
-            self.pending += c
         path = self.first_path
         target = (self.rv.control_address if path.startswith(CONTROL_PREFIX.encode())
                   else self.rv.upstream)
-        self.client.pause_reading()
-        asyncio.get_running_loop().create_task(self._connect(target))
+        self.c2u.paused = True
+        self.loop.create_task(self._connect(target))
 
     async def _connect(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
-        loop = asyncio.get_running_loop()
+        host = host.strip("[]")
         try:
-            transport, proto = await loop.create_connection(
-                lambda: _Upstream(self), host.strip("[]"), int(port))
+            sock = await _open(self.loop, host, int(port))
         except OSError as e:
             log.warning("cannot connect to %s: %s", target, e)
             self.rv.gate.totals["upstream_connect_errors"] += 1
-            self.client.close()
+            self.close()
             return
         if self.closed:
-            transport.close()
+            sock.close()
             return
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self.upstream = transport
-        self.upstream_proto = proto
-        pending, self.pending = self.pending, bytearray()
-        transport.write(bytes(pending))
-        # Streams registered before the connection existed.
-        for sid, stream in self.streams.items():
-            if stream.ticket is not None:
-                proto.tickets[sid] = stream
-        self.client.resume_reading()
+        self.upstream = sock
+        self.c2u.dst = sock
+        self.u2c = _Pipe(self, self.loop, sock, RESPONSE_BUFFER, self._watch_response)
+        self.u2c.dst = self.client
+        self.u2c.want_read()
+        self.c2u.paused = False
+        self.c2u.flush()
+        if not self.closed:
+            self.c2u.want_read()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.rv.connections.discard(self)
-        for stream in self.streams.values():
-            if stream.ticket is not None and not stream.answered:
-                self.rv.gate.abandon(stream.ticket)
-        self.streams.clear()
-        if self.upstream is not None:
-            self.upstream.close()
+    # -- upstream -> client: the response watcher ----------------------------------
 
-    def pause_writing(self) -> None:
-        if self.upstream is not None:
-            self.upstream.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.upstream is not None:
-            self.upstream.resume_reading()
-
-
-class _Upstream(asyncio.BufferedProtocol):
-    """The upstream side: forwards everything to the client at once, and watches frame
-    headers for the response HEADERS / DATA / RST_STREAM of held RecvTensor streams.
-    Reads into one reused buffer (no allocation per read); asyncio copies only what the
-    client socket does not take at once."""
-
-    def __init__(self, conn: _Connection) -> None:
-        self.buffer = bytearray(READ_BUFFER)
-        self.view = memoryview(self.buffer)
-        self.conn = conn
-        self.transport: asyncio.Transport | None = None
-        self.tickets: dict[int, _Stream] = {}
-        self.skip = 0              # payload bytes of the current frame still to come
-        self.skip_sid = 0          # stream of that frame (DATA byte counting)
-        self.partial = b""         # an incomplete frame header
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.view
-
-    def buffer_updated(self, nbytes: int) -> None:
-        data = self.view[:nbytes]
-        conn = self.conn
-        if conn.client is not None and not conn.closed:
-            conn.client.write(data)
-        self._watch(data)
-
-    def _watch(self, data: bytes) -> None:
+    def _watch_response(self, data: memoryview) -> None:
+        self.u2c.out.append(data)
+        tickets = self.tickets
         n = len(data)
         pos = 0
-        if self.skip:
-            step = min(self.skip, n)
-            if self.skip_sid:
-                stream = self.tickets.get(self.skip_sid)
-                if stream is not None:
-                    stream.ticket.nbytes += step
-            self.skip -= step
-            pos = step
-            if pos >= n:
-                return
-        if self.partial:
-            data = self.partial + bytes(data[pos:])
-            self.partial = b""
-            n, pos = len(data), 0
-        tickets = self.tickets
-        while pos + 9 <= n:
-            length, ftype, flags, sid = _frame_header(data, pos)
-            pos += 9
-            stream = tickets.get(sid) if sid else None
-            if stream is not None:
-                if ftype == HEADERS:
-                    if not stream.answered:
-                        stream.answered = True
-                        trailers_only = bool(flags & END_STREAM)
-                        self.conn.rv.gate.handed_back(
-                            stream.ticket, error="status" if trailers_only else "")
-                    if flags & END_STREAM:
-                        self._done(sid)
-                elif ftype == DATA:
-                    stream.ticket.nbytes += min(length, n - pos)
-                    if flags & END_STREAM:
-                        self._done(sid)
-                elif ftype == RST_STREAM:
-                    if not stream.answered:
-                        stream.answered = True
-                        self.conn.rv.gate.handed_back(stream.ticket, error="reset")
+        while pos < n:
+            if self.skip:
+                k = min(self.skip, n - pos)
+                if self.skip_stream is not None:
+                    self.skip_stream.ticket.nbytes += k
+                self.skip -= k
+                pos += k
+                continue
+            if self.rhdr or n - pos < 9:
+                k = min(9 - len(self.rhdr), n - pos)
+                self.rhdr += data[pos:pos + k]
+                pos += k
+                if len(self.rhdr) < 9:
+                    break
+                length, ftype, flags, sid = _frame_header(self.rhdr, 0)
+                self.rhdr.clear()
+            else:
+                length, ftype, flags, sid = _frame_header(data, pos)
+                pos += 9
+            self.skip = length
+            self.skip_stream = None
+            if not tickets:
+                continue
+            stream = tickets.get(sid)
+            if stream is None:
+                continue
+            if ftype == HEADERS:
+                if not stream.answered:
+                    stream.answered = True
+                    self.rv.gate.handed_back(
+                        stream.ticket, error="status" if flags & END_STREAM else "")
+                if flags & END_STREAM:
                     self._done(sid)
-            if pos + length > n:
-                self.skip = pos + length - n
-                self.skip_sid = sid if (stream is not None and ftype == DATA) else 0
-                return
-            pos += length
-        if pos < n:
-            self.partial = bytes(data[pos:n])
+            elif ftype == DATA:
+                self.skip_stream = stream
+                if flags & END_STREAM:
+                    self._done(sid)
+            elif ftype == RST_STREAM:
+                if not stream.answered:
+                    stream.answered = True
+                    self.rv.gate.handed_back(stream.ticket, error="reset")
+                self._done(sid)
 
     def _done(self, sid: int) -> None:
         self.tickets.pop(sid, None)
-        self.conn.streams.pop(sid, None)
+        self.streams.pop(sid, None)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        conn = self.conn
-        for stream in list(self.tickets.values()):
-            if not stream.answered:
+    # -- closing -----------------------------------------------------------------
+
+    def lost(self, pipe: _Pipe, exc: Exception | None, writing: bool = False) -> None:
+        """``pipe``'s source reached EOF or failed, or (``writing``) its destination
+        failed: the connection closes. After an EOF, what is queued in either direction
+        still goes out first (as asyncio's transports did); after an error, what was
+        queued toward the failed socket is dropped."""
+        if self.closed:
+            self.drained(pipe)
+            return
+        gone = pipe.dst if writing else pipe.src
+        self._finish_tickets(upstream_gone=gone is not None and gone is self.upstream)
+        self.closed = True
+        self.rv.connections.discard(self)
+        pipes = [p for p in (self.c2u, self.u2c) if p is not None]
+        for p in pipes:
+            if p.reading:
+                p.reading = False
+                self.loop.remove_reader(p.src.fileno())
+            p.closing = p.paused = True
+            if exc is not None and p.dst is gone:
+                p.stop()
+        for p in pipes:
+            if not p.out or p.dst is None:
+                self.drained(p)
+            else:
+                p.flush()
+
+    def drained(self, pipe: _Pipe) -> None:
+        """A closing pipe has sent everything (or gave up): once both have, both
+        sockets close."""
+        pipe.stop()
+        if all(not p.out for p in (self.c2u, self.u2c) if p is not None):
+            self._close_now()
+
+    def _finish_tickets(self, upstream_gone: bool) -> None:
+        for stream in list(self.tickets.values()) + list(self.streams.values()):
+            if stream.ticket is not None and not stream.answered:
                 stream.answered = True
-                conn.rv.gate.handed_back(stream.ticket, error="upstream closed")
+                if upstream_gone:
+                    self.rv.gate.handed_back(stream.ticket, error="upstream closed")
+                else:
+                    self.rv.gate.abandon(stream.ticket)
         self.tickets.clear()
-        if conn.client is not None:
-            conn.client.close()
+        self.streams.clear()
 
-    def pause_writing(self) -> None:
-        if self.conn.client is not None:
-            self.conn.client.pause_reading()
+    def close(self) -> None:
+        """Closes both sides now (a bad client, an unreachable upstream, stop())."""
+        if not self.closed:
+            self._finish_tickets(upstream_gone=False)
+            self.closed = True
+            self.rv.connections.discard(self)
+        self._close_now()
 
-    def resume_writing(self) -> None:
-        if self.conn.client is not None:
-            self.conn.client.resume_reading()
+    def _close_now(self) -> None:
+        for p in (self.c2u, self.u2c):
+            if p is not None:
+                p.stop()
+        for sock in (self.client, self.upstream):
+            if sock is not None and sock.fileno() >= 0:
+                sock.close()
+
+
+async def _open(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:
+    """A connected non-blocking TCP socket to ``host:port`` (numeric hosts resolve
+    without a thread)."""
+    try:
+        infos = [(socket.AF_INET6 if ":" in host else socket.AF_INET, (host, port))]
+        socket.inet_pton(infos[0][0], host)
+    except OSError:
+        infos = [(family, addr) for family, _, _, _, addr in
+                 await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    error: OSError | None = None
+    for family, addr in infos:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, addr)
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        _set_nodelay(sock)
+        return sock
+    raise error or OSError(f"no address for {host}")
 
 
 class Rendezvous:
@@ -444,7 +683,7 @@ class Rendezvous:
         self.gate = gate or Gate()
         self.enforcing = enforcing
         self._parse = request_parser or recv_tensor_parser()
-        self._server: asyncio.base_events.Server | None = None
+        self._listeners: list[socket.socket] = []
         self._control: aio.Server | None = None
         self.control_address = ""
         self.connections: set[_Connection] = set()
@@ -465,23 +704,39 @@ class Rendezvous:
         host, port = self.listen.rsplit(":", 1)
         loop = asyncio.get_running_loop()
         try:
-            self._server = await loop.create_server(
-                lambda: _Connection(self), host.strip("[]") or None, int(port),
-                reuse_address=True)
+            self._listeners = _listen(host.strip("[]") or None, int(port))
         except OSError as e:
             await self._control.stop(None)
             raise OSError(f"the TicTac rendezvous cannot listen on {self.listen}: "
                           f"{e.strerror or e}; is the port in use?") from None
-        self.port = self._server.sockets[0].getsockname()[1]
+        for lsock in self._listeners:
+            loop.add_reader(lsock.fileno(), self._accept, lsock)
+        self.port = self._listeners[0].getsockname()[1]
         log.info("TicTac rendezvous on %s -> %s", self.address, self.upstream)
         return self.port
 
+    def _accept(self, lsock: socket.socket) -> None:
+        for _ in range(64):
+            try:
+                sock, _ = lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:  # e.g. out of file descriptors: try again later
+                log.warning("accept failed: %s", e)
+                return
+            sock.setblocking(False)
+            _set_nodelay(sock)
+            _Connection(self, sock).start()
+
     async def stop(self, grace: float | None = 0.5) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._listeners:
+            loop = asyncio.get_running_loop()
+            for lsock in self._listeners:
+                loop.remove_reader(lsock.fileno())
+                lsock.close()
+            self._listeners = []
             for conn in list(self.connections):
-                if conn.client is not None:
-                    conn.client.close()
+                conn.close()
         if self._control is not None:
             await self._control.stop(grace)
 
@@ -540,6 +795,34 @@ class _ControlHandler(grpc.GenericRpcHandler):
         async def control(request, context):
             return await r.control(request, context, method)
         return grpc.unary_unary_rpc_method_handler(control)
+
+
+def _listen(host: str | None, port: int) -> list[socket.socket]:
+    """Listening non-blocking sockets on every address of ``host`` (all interfaces
+    when None), like ``loop.create_server(reuse_address=True)``."""
+    socks: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, type_, proto, _, addr in socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE):
+            if (family, addr) in seen:
+                continue
+            seen.add((family, addr))
+            sock = socket.socket(family, type_, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(128)
+            sock.setblocking(False)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    if not socks:
+        raise OSError(f"no address to listen on for {host!r}")
+    return socks
 
 
 def recv_tensor_parser() -> Callable[[bytes], tuple[int, str]]:
