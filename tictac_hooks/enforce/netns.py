@@ -490,6 +490,28 @@ class ShapedNetwork:
                     "eth0"])
         return sum(int(q.get("bytes", 0)) for q in json.loads(out) if q.get("kind") == "tbf")
 
+    @contextlib.contextmanager
+    def _serving(self, host: str, serve: Callable[[socket.socket], None], timeout_s: float):
+        """Accepts one TCP connection on ``host`` and hands it to ``serve`` in a thread
+        there; yields the port, and joins the thread (bounded) on exit."""
+        with self.listener(host) as (server, port):
+            server.settimeout(timeout_s)
+
+            def accept_and_serve() -> None:
+                conn, _ = server.accept()
+                with conn:
+                    conn.settimeout(timeout_s)
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    serve(conn)
+
+            thread = threading.Thread(target=lambda: call_in_netns(
+                self.namespace(host), accept_and_serve, timeout_s * 2), daemon=True)
+            thread.start()
+            try:
+                yield port
+            finally:
+                thread.join(timeout_s * 2)
+
     def bulk_transfer(self, src: str, dst: str, nbytes: int, timeout_s: float = 60.0
                       ) -> dict[str, float]:
         """Sends ``nbytes`` over one TCP connection from ``src`` to ``dst``. Returns
@@ -497,45 +519,31 @@ class ShapedNetwork:
         (bytes through ``src``'s token bucket, headers included, per second)."""
         if nbytes <= 0:
             raise ValueError(f"nbytes must be > 0, got {nbytes}")
-        chunk = bytes(1 << 20)
         box: dict[str, float] = {}
-        with self.listener(dst) as (server, port):
-            server.settimeout(timeout_s)
 
-            def receive() -> None:
-                conn, _ = server.accept()
-                with conn:
-                    conn.settimeout(timeout_s)
-                    got, first = 0, None
-                    buf = bytearray(1 << 20)
-                    while got < nbytes:
-                        n = conn.recv_into(buf)
-                        if n == 0:
-                            break
-                        if first is None:
-                            first = time.perf_counter()
-                        got += n
-                    box["seconds"] = time.perf_counter() - (first or time.perf_counter())
-                    box["received"] = got
-                    conn.sendall(b"k")
+        def receive(conn: socket.socket) -> None:
+            got, first, buf = 0, None, bytearray(1 << 20)
+            while got < nbytes:
+                n = conn.recv_into(buf)
+                if n == 0:
+                    break
+                first = first or time.perf_counter()
+                got += n
+            box["seconds"] = time.perf_counter() - (first or time.perf_counter())
+            box["received"] = got
+            conn.sendall(b"k")
 
-            receiver = threading.Thread(target=lambda: call_in_netns(
-                self.namespace(dst), receive, timeout_s + 5), daemon=True)
-            receiver.start()
-            before = self.egress_bytes(src)
+        def send(port: int) -> None:
+            chunk = memoryview(bytes(1 << 20))
+            with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
+                for offset in range(0, nbytes, len(chunk)):
+                    s.sendall(chunk[:min(len(chunk), nbytes - offset)])
+                s.recv(1)
 
-            def send() -> None:
-                with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
-                    left = nbytes
-                    while left > 0:
-                        n = min(left, len(chunk))
-                        s.sendall(memoryview(chunk)[:n])
-                        left -= n
-                    s.recv(1)
-
-            self.call(src, send, timeout_s + 5)
-            receiver.join(timeout_s + 10)
-            sent = self.egress_bytes(src) - before
+        before = self.egress_bytes(src)
+        with self._serving(dst, receive, timeout_s) as port:
+            self.call(src, lambda: send(port), timeout_s + 5)
+        sent = self.egress_bytes(src) - before
         if box.get("received") != nbytes:
             raise NetworkError(f"bulk transfer {src}->{dst}: {box.get('received')} of "
                                f"{nbytes} bytes arrived")
@@ -547,40 +555,29 @@ class ShapedNetwork:
                 ) -> list[float]:
         """Round trips (seconds) of 1-byte echoes over one TCP_NODELAY connection."""
         count = max(1, min(int(count), 1000))
-        with self.listener(dst) as (server, port):
-            server.settimeout(timeout_s)
 
-            def echo() -> None:
-                conn, _ = server.accept()
-                with conn:
-                    conn.settimeout(timeout_s)
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    for _ in range(count + 1):
-                        if not conn.recv(1):
-                            return
-                        conn.sendall(b"e")
+        def echo(conn: socket.socket) -> None:
+            for _ in range(count + 1):
+                if not conn.recv(1):
+                    return
+                conn.sendall(b"e")
 
-            t = threading.Thread(target=lambda: call_in_netns(
-                self.namespace(dst), echo, timeout_s * 2), daemon=True)
-            t.start()
-
-            def ping() -> list[float]:
-                with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
-                    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        def ping(port: int) -> list[float]:
+            with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                s.sendall(b"p")
+                s.recv(1)  # warm-up (ARP)
+                rtts = []
+                for _ in range(count):
+                    t0 = time.perf_counter()
                     s.sendall(b"p")
-                    s.recv(1)  # warm-up (ARP, slow start)
-                    rtts = []
-                    for _ in range(count):
-                        t0 = time.perf_counter()
-                        s.sendall(b"p")
-                        if not s.recv(1):
-                            break
-                        rtts.append(time.perf_counter() - t0)
-                    return rtts
+                    if not s.recv(1):
+                        break
+                    rtts.append(time.perf_counter() - t0)
+                return rtts
 
-            rtts = self.call(src, ping, timeout_s * 2)
-            t.join(timeout_s)
-        return rtts
+        with self._serving(dst, echo, timeout_s) as port:
+            return self.call(src, lambda: ping(port), timeout_s * 2)
 
 
 def cluster_hosts(num_ps: int, num_workers: int, chief: bool = False,

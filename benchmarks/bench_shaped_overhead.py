@@ -1,0 +1,226 @@
+"""Overhead of the TicTac rendezvous on a shaped link (default 1 Gbit/s): prints a table.
+
+One PS behind the rendezvous and two workers, each task in its own network namespace
+behind a link shaped to --rate in both directions (tbf; --latency-ms with netem where
+the kernel has it). Worker 0 reaches the PS through the rendezvous (no schedule
+installed), worker 1 directly (the TensorFlow server's own port), over the same PS
+link; only one of them runs at a time, so each measurement is "1 PS, 1 worker". The
+client runs in a namespace of its own.
+
+1. The link: a bulk TCP transfer PS -> worker 0, against the configured rate.
+2. RecvTensor throughput: fetching --tp-num-vars x --tp-var-mib of PS variables,
+   interposed vs direct, alternating (ABBA) fetches.
+3. Graph-mode step time of a communication-heavy model (--num-vars x --var-mib
+   variables; SGD, so every step pulls and pushes them all), interposed vs direct,
+   interleaved in blocks of --block-steps steps (ABBA), medians and the ratio.
+
+Without root / tc it falls back to loopback and says so (the numbers then measure CPU
+cost, not a shaped link).
+
+  sudo .venv/bin/python benchmarks/bench_shaped_overhead.py [--rate 1gbit]
+      [--latency-ms 0] [--blocks 6] [--block-steps 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from tictac_hooks.enforce import netns  # noqa: E402
+from tictac_hooks.enforce.launcher import LocalCluster  # noqa: E402
+
+
+def _abba(n: int):
+    """Path order per round: (0, 1), (1, 0), (1, 0), (0, 1), ... (balances drift)."""
+    for i in range(n):
+        yield (0, 1) if i % 4 in (0, 3) else (1, 0)
+
+
+def client(cfg: dict) -> dict:
+    """Runs in the client namespace: the measurements, returned as JSON."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, HERE)
+    import tensorflow as tf
+    from bench_rendezvous import comm_heavy_model  # also disables eager execution
+
+    from tictac_hooks.enforce.client import RendezvousClient
+
+    workers = cfg["workers"]  # [through the rendezvous, direct]
+    out: dict = {}
+
+    # RecvTensor throughput: the same PS variables, read by either worker.
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device("/job:ps/task:0"):
+            vs = [tf.compat.v1.get_variable(f"t{i}", shape=[cfg["tp_var_mib"] << 18],
+                                            initializer=tf.compat.v1.ones_initializer())
+                  for i in range(cfg["tp_num_vars"])]
+        fetch = []
+        for w in (0, 1):
+            with tf.device(f"/job:worker/task:{w}"):
+                fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
+        init = tf.compat.v1.global_variables_initializer()
+    sessions = [tf.compat.v1.Session("grpc://" + a, graph=g) for a in workers]
+    sessions[0].run(init)
+    times: dict[int, list[float]] = {0: [], 1: []}
+    for w in (0, 1):
+        sessions[w].run(fetch[w])  # warm-up
+    for order in _abba(cfg["tp_reps"]):
+        for w in order:
+            t = time.perf_counter()
+            sessions[w].run(fetch[w])
+            times[w].append(time.perf_counter() - t)
+    for s in sessions:
+        s.close()
+    out["tp_seconds"] = times
+
+    # Step time: a communication-heavy model, blocks of steps, interleaved.
+    runs = []
+    for w in (0, 1):
+        g, init, train = comm_heavy_model(w, cfg["num_vars"], cfg["var_mib"])
+        s = tf.compat.v1.Session("grpc://" + workers[w], graph=g)
+        s.run(init)
+        for _ in range(cfg["warmup"]):
+            s.run(train)
+        runs.append((s, train))
+    steps: dict[int, list[float]] = {0: [], 1: []}
+    blocks: dict[int, list[float]] = {0: [], 1: []}
+    for order in _abba(cfg["blocks"]):
+        for w in order:
+            s, train = runs[w]
+            block = []
+            for _ in range(cfg["block_steps"]):
+                t = time.perf_counter()
+                s.run(train)
+                block.append(time.perf_counter() - t)
+            steps[w] += block
+            blocks[w].append(statistics.median(block))
+    for s, _ in runs:
+        s.close()
+    out["step_seconds"], out["block_medians"] = steps, blocks
+    stats = RendezvousClient(cfg["ps"]).stats()["steps"]
+    out["rendezvous_steps_by_worker"] = {}
+    for st in stats:
+        key = str(st.get("worker"))
+        out["rendezvous_steps_by_worker"][key] = out["rendezvous_steps_by_worker"].get(key, 0) + 1
+    return out
+
+
+def run_client(cluster: LocalCluster, cfg: dict, host: str | None, timeout_s: float) -> dict:
+    argv = [sys.executable, os.path.abspath(__file__), "--client", json.dumps(cfg)]
+    popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = cluster.spawn_in(host, argv, **popen) if host else cluster.spawn(argv, **popen)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise SystemExit(f"the benchmark client did not finish within {timeout_s} s; "
+                         f"PS log:\n{cluster.task('ps', 0).log()}")
+    if proc.returncode != 0:
+        raise SystemExit(f"the benchmark client failed ({proc.returncode}):\n{err[-4000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _q(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def report(args: argparse.Namespace, shaped: bool, link: dict | None, r: dict) -> None:
+    where = (f"shaped link {args.rate}, one-way latency {args.latency_ms} ms" if shaped
+             else "LOOPBACK FALLBACK - NOT A SHAPED LINK")
+    print(f"\n## TicTac rendezvous overhead ({where})\n")
+    print("| measurement | direct | rendezvous | rendezvous / direct |")
+    print("|---|---|---|---|")
+    if link:
+        want = netns.rate_bits(args.rate)
+        print(f"| link PS->worker, TCP bulk {args.link_mib} MiB (configured {want / 1e6:.0f} "
+              f"Mbit/s) | wire {link['wire_bits'] / 1e6:.1f} Mbit/s "
+              f"({(link['wire_bits'] / want - 1) * 100:+.1f} %), goodput "
+              f"{link['goodput_bits'] / 1e6:.1f} Mbit/s | | |")
+    gib = args.tp_num_vars * args.tp_var_mib / 1024
+    tp = {w: gib / statistics.median(r["tp_seconds"][str(w)]) for w in (0, 1)}
+    print(f"| RecvTensor throughput, {args.tp_num_vars} x {args.tp_var_mib} MiB, "
+          f"{args.tp_reps} fetches each | {tp[1] * 8 * 1.073741824:.3f} Gbit/s | "
+          f"{tp[0] * 8 * 1.073741824:.3f} Gbit/s | {tp[0] / tp[1]:.3f} |")
+    st = {w: statistics.median(r["step_seconds"][str(w)]) for w in (0, 1)}
+    pairs = [a / b for a, b in zip(r["block_medians"]["0"], r["block_medians"]["1"])]
+    print(f"| step time, {args.num_vars} x {args.var_mib} MiB model, no schedule, "
+          f"{args.blocks} blocks x {args.block_steps} steps each | {st[1] * 1e3:.1f} ms | "
+          f"{st[0] * 1e3:.1f} ms | {st[0] / st[1]:.3f} (overhead "
+          f"{(st[0] / st[1] - 1) * 100:+.1f} %) |")
+    print(f"\nper-block overhead (rendezvous block median / adjacent direct block median): "
+          f"median {(statistics.median(pairs) - 1) * 100:+.1f} %, min "
+          f"{(min(pairs) - 1) * 100:+.1f} %, max {(max(pairs) - 1) * 100:+.1f} %; step-time "
+          f"quartiles direct {_q(r['step_seconds']['1'], .25) * 1e3:.0f}-"
+          f"{_q(r['step_seconds']['1'], .75) * 1e3:.0f} ms, rendezvous "
+          f"{_q(r['step_seconds']['0'], .25) * 1e3:.0f}-"
+          f"{_q(r['step_seconds']['0'], .75) * 1e3:.0f} ms")
+    print(f"rendezvous saw steps per destination: {r['rendezvous_steps_by_worker']} "
+          f"(the direct worker must not appear)")
+    print(f"target (issue): overhead <= 3 % at 1 Gbit/s -> "
+          f"{'met' if st[0] / st[1] <= 1.03 else 'NOT met'} in this run")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rate", default="1gbit", help="link rate, both directions (default 1gbit)")
+    p.add_argument("--latency-ms", type=float, default=0.0,
+                   help="one-way latency between hosts (default 0; needs netem)")
+    p.add_argument("--num-vars", type=int, default=16)
+    p.add_argument("--var-mib", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=2, help="steps per worker first (default 2)")
+    p.add_argument("--blocks", type=int, default=6, help="blocks per path (default 6)")
+    p.add_argument("--block-steps", type=int, default=4, help="steps per block (default 4)")
+    p.add_argument("--tp-num-vars", type=int, default=4)
+    p.add_argument("--tp-var-mib", type=int, default=16)
+    p.add_argument("--tp-reps", type=int, default=8, help="fetches per path (default 8)")
+    p.add_argument("--link-mib", type=int, default=64, help="bulk link test size (default 64)")
+    p.add_argument("--loopback", action="store_true", help="do not shape: loopback only")
+    p.add_argument("--timeout", type=float, default=1200.0,
+                   help="bound on the whole client run, seconds (default 1200)")
+    p.add_argument("--client", metavar="JSON", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.client:
+        print(json.dumps(client(json.loads(args.client))), flush=True)
+        return
+    for name in ("blocks", "block_steps", "tp_reps", "num_vars", "tp_num_vars"):
+        if not 1 <= getattr(args, name) <= 1000:
+            p.error(f"--{name.replace('_', '-')} must be in 1..1000")
+    cfg = {k: getattr(args, k) for k in ("num_vars", "var_mib", "warmup", "blocks",
+                                         "block_steps", "tp_num_vars", "tp_var_mib", "tp_reps")}
+    ok, why = (False, "--loopback given") if args.loopback else netns.available(
+        latency=args.latency_ms > 0)
+    if not ok:
+        print("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to LOOPBACK: "
+              f"these numbers do NOT measure a {args.rate} link.\n" + "=" * 78,
+              file=sys.stderr, flush=True)
+        with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1]) as c:
+            cfg.update(workers=c.worker_addresses, ps=c.ps_addresses[0])
+            result = run_client(c, cfg, None, args.timeout)
+        report(args, False, None, result)
+        return
+    netns.cleanup_stale()
+    with netns.ShapedNetwork(netns.cluster_hosts(1, 2), rate=args.rate,
+                             latency_ms=args.latency_ms) as net:
+        link = net.bulk_transfer("ps0", "worker0", args.link_mib << 20, timeout_s=300)
+        with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1],
+                          network=net) as c:
+            cfg.update(workers=c.worker_addresses, ps=c.ps_addresses[0])
+            print(f"cluster {c.spec}, direct {c.direct_spec()['ps']}; client in "
+                  f"{net.namespace('client')} ({net.address('client')})", file=sys.stderr,
+                  flush=True)
+            result = run_client(c, cfg, "client", args.timeout)
+    report(args, True, link, result)
+
+
+if __name__ == "__main__":
+    main()
