@@ -5,6 +5,9 @@
 2. Step-time overhead with no schedule installed on a communication-heavy model
    (worker 0 reaches the PS through the rendezvous, worker 1 directly; alternating).
 3. Rendezvous (PS process) RSS after 100 and after --rss-steps training steps.
+Also the CPU time each PS process spends per GiB it sends, direct and interposed: the
+difference is what the rendezvous costs, a steadier number than the throughput ratio on
+a machine with other load (the ratio is CPU-bound on 2 cores).
 
 Loopback only: no shaped 1 Gbit/s link (see the report).
 
@@ -36,7 +39,15 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def throughput(var_mib: int, num_vars: int, reps: int) -> tuple[float, float]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(var_mib: int, num_vars: int, reps: int) -> tuple[float, float, float, float]:
+    """(direct GiB/s, interposed GiB/s, direct PS CPU s/GiB, interposed PS CPU s/GiB)."""
     with LocalCluster(num_ps=2, num_workers=1, rendezvous=[False, True]) as c:
         g = tf.Graph()
         with g.as_default():
@@ -50,16 +61,21 @@ def throughput(var_mib: int, num_vars: int, reps: int) -> tuple[float, float]:
                     fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
             init = tf.compat.v1.global_variables_initializer()
         times = {0: [], 1: []}
+        cpu = {0: 0.0, 1: 0.0}
+        pids = [c.task("ps", i).process.pid for i in range(2)]
         with tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g) as s:
             s.run(init)
             s.run(fetch)
             for _ in range(reps):
                 for ps in (0, 1):
+                    c0 = cpu_s(pids[ps])
                     t = time.perf_counter()
                     s.run(fetch[ps])
                     times[ps].append(time.perf_counter() - t)
+                    cpu[ps] += cpu_s(pids[ps]) - c0
         gb = var_mib * num_vars / 1024
-        return gb / statistics.median(times[0]), gb / statistics.median(times[1])
+        return (gb / statistics.median(times[0]), gb / statistics.median(times[1]),
+                cpu[0] / (gb * reps), cpu[1] / (gb * reps))
 
 
 def comm_heavy_model(worker: int, num_vars: int = 16, var_mib: int = 4):
@@ -118,14 +134,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--var-mib", type=int, default=64)
     p.add_argument("--num-vars", type=int, default=4)
-    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--reps", type=int, default=9)
     p.add_argument("--overhead-steps", type=int, default=30)
     p.add_argument("--rss-steps", type=int, default=10000)
     args = p.parse_args()
-    direct, interposed = throughput(args.var_mib, args.num_vars, args.reps)
+    direct, interposed, cpu_direct, cpu_rv = throughput(args.var_mib, args.num_vars, args.reps)
     print(f"| RecvTensor throughput, {args.num_vars} x {args.var_mib} MiB | direct "
           f"{direct:.2f} GiB/s | rendezvous {interposed:.2f} GiB/s | ratio "
           f"{interposed / direct:.2f} |", flush=True)
+    print(f"| PS process CPU per GiB sent | direct {cpu_direct:.2f} s | with rendezvous "
+          f"{cpu_rv:.2f} s | rendezvous {cpu_rv - cpu_direct:+.2f} s |", flush=True)
     t_direct, t_rv = overhead(args.overhead_steps)
     print(f"| step time, 16 x 4 MiB model, no schedule | direct {t_direct * 1e3:.1f} ms | "
           f"rendezvous {t_rv * 1e3:.1f} ms | overhead {(t_rv / t_direct - 1) * 100:+.1f} % |",

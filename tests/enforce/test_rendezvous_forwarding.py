@@ -396,3 +396,24 @@ def test_listen_error_is_clear():
                                         request_parser=parse_request)).start()
     finally:
         s.close()
+
+
+def test_a_client_that_goes_away_abandons_its_held_requests(upstream):
+    gate = Gate(skip_after_s=5.0)
+    gate.install(Schedule.from_order("test", ["a", "b"]))
+    rv = start(upstream.address, gate)
+    try:
+        c = Client(rv.address)
+        c.send(PREFACE + frame(SETTINGS, 0, 0) + SETTINGS_ACK +
+               c.headers(1, RECV_TENSOR) + frame(DATA, END_STREAM, 1, recv_request(2, "b")))
+        up = upstream.conn()
+        assert up.wait(lambda p: _h(frames(bytes(p.data[len(PREFACE):])), HEADERS, 1))
+        c.sock.shutdown(socket.SHUT_RDWR)
+        c.sock.close()
+        assert up.wait(lambda p: p.eof), "the upstream connection stays open"
+        assert not _h(frames(bytes(up.data[len(PREFACE):])), DATA, 1)
+        assert rv.call(lambda: len(rv.rendezvous.connections)) == 0
+        rec = rv.call(lambda: rv.rendezvous.stats()["steps"][0])
+        assert rec["order"] == [] and [s["reason"] for s in rec["skipped"]] == ["cancelled"]
+    finally:
+        rv.stop()

@@ -172,7 +172,12 @@ class _Pipe:
             self.conn.lost(self, None)
             return
         self.tail = tail + n
-        self.scan(self.view[tail:tail + n])
+        try:
+            self.scan(self.view[tail:tail + n])
+        except Exception:  # noqa: BLE001 - a bug must not spin the loop on this socket
+            log.exception("rendezvous: closing a connection after an internal error")
+            self.conn.close()
+            return
         if self.out:
             self.flush()
         if self.out and self.size - self.tail < MIN_READ:
