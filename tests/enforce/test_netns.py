@@ -184,3 +184,48 @@ def test_a_cluster_in_namespaces_trains_through_the_rendezvous():
     assert len(result["reads"]) >= 4, result  # the rendezvous served the variable reads
     assert sent > 4 * 16 * 16 * 4, sent  # through ps0's shaped link
     assert not _ours(net.id)
+
+
+_COORDINATOR = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    from tictac_hooks.enforce.client import RendezvousClient
+    spec, ps = json.loads(sys.argv[1]), sys.argv[2]
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        v = tf.Variable(tf.ones([1 << 16]))
+
+    @tf.function
+    def step():
+        return strategy.run(lambda: tf.reduce_sum(v.assign_add(tf.ones_like(v))))
+
+    results = [coordinator.schedule(step) for _ in range(4)]
+    coordinator.join()
+    print(json.dumps({"v0": float(v.numpy()[0]), "last": float(results[-1].fetch()),
+                      "rendezvous_steps": len(RendezvousClient(ps).stats()["steps"])}))
+""")
+
+
+@pytest.mark.root
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_a_pss_coordinator_on_the_chief_host_trains_through_the_rendezvous():
+    _skip_without_root()
+    with ShapedNetwork(cluster_hosts(1, 1, chief=True, clients=()), rate="1gbit") as net, \
+            LocalCluster(num_ps=1, num_workers=1, chief=True, network=net) as c:
+        assert c.spec["chief"] == [f"{net.address('chief')}:2222"]
+        coordinator = c.spawn_in("chief", [sys.executable, "-c", _COORDINATOR,
+                                           json.dumps(c.spec), c.ps_addresses[0]],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = coordinator.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            coordinator.kill()
+            pytest.fail(f"the coordinator did not finish in 120 s:\n{c.task('ps', 0).log()}")
+        assert coordinator.returncode == 0, err[-3000:]
+        result = json.loads(out.strip().splitlines()[-1])
+    assert result["v0"] == 5.0 and result["last"] == 5.0 * (1 << 16), result
+    assert result["rendezvous_steps"] >= 4, result
