@@ -10,9 +10,16 @@ decoder's table in step) to find ``/tensorflow.WorkerService/RecvTensor`` stream
 those it holds back the request's DATA frames (never HEADERS, whose order HPACK
 depends on) until the :class:`~tictac_hooks.enforce.gate.Gate` says it is the
 transfer's turn; the counter of the transfer's (step, destination) advances when the
-PS's response HEADERS come back, i.e. when the PS handed the response to gRPC. Payload
-bytes are never copied into Python objects beyond what asyncio's sockets do, and no
+PS's response HEADERS come back, i.e. when the PS handed the response to gRPC. No
 thread waits per transfer.
+
+Forwarding cost: each direction is a :class:`_Pipe`, non-blocking sockets driven by the
+event loop's ``add_reader``/``add_writer`` (no asyncio transports): ``recv_into`` one
+preallocated buffer, scan the frame headers in place, ``send``/``sendmsg`` views of that
+buffer. Payload bytes are never copied in user space (only HPACK header blocks and held
+RecvTensor request frames, both small, are); when a destination is slow the pipe stops
+reading, so backpressure goes to the sender's TCP window and HTTP/2 flow control rather
+than into a queue. What is left is the kernel's two extra socket copies per byte.
 
 Routing: gRPC clients wait for the server's SETTINGS before they send a request, so
 the interposer greets each connection with an empty SETTINGS frame (and later drops the
@@ -30,6 +37,7 @@ import collections
 import itertools
 import json
 import logging
+import mmap
 import socket
 import struct
 import threading
@@ -112,7 +120,7 @@ class _Stream:
 
 class _Pipe:
     """One direction of a connection: ``src`` socket -> ``dst`` socket through one
-    preallocated buffer.
+    preallocated buffer (anonymous memory).
 
     What is read goes to ``scan`` (the connection's frame scanner for this direction),
     which appends what may go on, in order, to ``out``: views of the buffer (never
@@ -134,7 +142,9 @@ class _Pipe:
         self.src = src
         self.dst: socket.socket | None = None
         self.size = size
-        self.buf = bytearray(size)
+        # Anonymous memory: pages become resident only once a read reaches them, so a
+        # connection that never carries a large message stays small.
+        self.buf = mmap.mmap(-1, size)
         self.view = memoryview(self.buf)
         self.tail = 0
         self.out: collections.deque = collections.deque()
