@@ -100,8 +100,6 @@ def main(argv):
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "graph_mode_train")
     with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True) as cluster:
-        cluster.start()
-        cluster.wait_ready()
         train_op, loss, weights = build(tf, FLAGS.workers, FLAGS.ps, FLAGS.batch_size, FLAGS.seed)
         final = FinalValues(weights)
         hooks = [tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.steps), final]

@@ -41,8 +41,6 @@ def main(argv):
     log_dir = FLAGS.log_dir or os.path.join("runs", "inference")
     with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True,
                       chief=True) as cluster:
-        cluster.start()
-        cluster.wait_ready()
         resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
             tf.train.ClusterSpec(cluster.spec), task_type="chief", task_id=0, rpc_layer="grpc")
         strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)

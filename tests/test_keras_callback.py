@@ -85,8 +85,6 @@ def test_an_invalid_flag_value_fails_with_absl_message():
 def test_a_ps_without_rendezvous_gives_an_actionable_error():
     from tictac_hooks.enforce.launcher import LocalCluster
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=False) as cluster:
-        cluster.start()
-        cluster.wait_ready()
         controller = Controller(cluster.ps_addresses, Settings.resolve())
         with pytest.raises(TicTacSetupError, match=r"ps:0 .*tictac ps --cluster-spec"):
             controller.connect()

@@ -66,6 +66,10 @@ def _kill_all_live() -> None:
 atexit.register(_kill_all_live)
 
 
+def _bind_failure(message: str) -> bool:
+    return "Could not start gRPC server" in message or "Address already in use" in message
+
+
 def repo_pythonpath() -> str:
     """PYTHONPATH that lets children import tictac_hooks and patches from this tree."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,11 +147,8 @@ class LocalCluster:
         self.network = network
         jobs = {"ps": num_ps, "worker": num_workers, **({"chief": 1} if chief else {})}
         if network is None:
-            self.spec: dict[str, list[str]] = {
-                job: [f"127.0.0.1:{free_port()}" for _ in range(n)] for job, n in jobs.items()}
-            self.ps_private_addresses = [
-                f"127.0.0.1:{free_port()}" if rv else addr
-                for rv, addr in zip(self.rendezvous, self.spec["ps"])]
+            self.spec: dict[str, list[str]] = {job: [""] * n for job, n in jobs.items()}
+            self._pick_loopback_ports()
         else:
             missing = [self.host(job, i) for job, n in jobs.items() for i in range(n)
                        if self.host(job, i) not in network.hosts]
@@ -209,8 +210,29 @@ class LocalCluster:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> "LocalCluster":
+        """Starts every task and waits until each answers. On loopback, a task that
+        could not bind its port (another process took it between the port pick and the
+        bind) makes the whole cluster restart on fresh ports, up to 3 times; read
+        ``spec`` after ``start()``."""
+        if self.tasks:
+            return self  # already started (``with LocalCluster(...)`` starts it)
         _LIVE.add(self)
-        try:
+        for attempt in range(3):
+            try:
+                return self._start_once()
+            except ClusterError as e:
+                if self.network is not None or attempt == 2 or not _bind_failure(str(e)):
+                    self.close()
+                    raise
+                self._stop_tasks()
+                self._pick_loopback_ports()
+            except BaseException:
+                self.close()
+                raise
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "LocalCluster":
+        if True:
             for i, rv in enumerate(self.rendezvous):
                 args = ["ps", "--cluster-spec", json.dumps(self.spec), "--task-index", str(i)]
                 if rv:
@@ -228,10 +250,19 @@ class LocalCluster:
                     "server", "--cluster-spec", json.dumps(spec), "--job", "worker",
                     "--task-index", str(i)])
             self.wait_ready()
-        except BaseException:
-            self.close()
-            raise
         return self
+
+    def _stop_tasks(self) -> None:
+        for task in self.tasks:
+            _kill_group(task.process)
+        self.tasks = []
+
+    def _pick_loopback_ports(self) -> None:
+        self.spec = {job: [f"127.0.0.1:{free_port()}" for _ in addrs]
+                     for job, addrs in self.spec.items()}
+        self.ps_private_addresses = [
+            f"127.0.0.1:{free_port()}" if rv else addr
+            for rv, addr in zip(self.rendezvous, self.spec["ps"])]
 
     def _start_task(self, job: str, index: int, args: list[str]) -> Task:
         log_path = os.path.join(self.log_dir, f"{job}{index}.log")
