@@ -12,6 +12,7 @@ from typing import Sequence
 COMMAND_MODULES = (
     "tictac_hooks.graph.cli",
     "tictac_hooks.enforce.cli",
+    "tictac_hooks.bench.cli",
 )
 
 

@@ -119,30 +119,11 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
 
     # --- the switch ---------------------------------------------------------------------------
     def _switch(self) -> None:
-        from tictac_hooks.graph import oracle, tf_extract
         if not self._traced:
             raise TicTacSetupError("no traced step: the session did not return run metadata "
                                    "(is the hook's RunOptions honoured by this session?)")
         pause_start = time.time()
-        partition_graphs = self._traced[-1].partition_graphs
-        workers = self.workers or _worker_tasks(partition_graphs)
-        graphs, late = {}, set()
-        compute: dict[str, float] = {}
-        for worker in workers:
-            ext = tf_extract.extract_partition_graphs(partition_graphs, worker=worker)
-            device = "/job:{}/replica:0/task:{}".format(*worker.split(":"))
-            transfers = oracle.transfers_from_step_stats(
-                [m.step_stats for m in self._traced], destination=device)
-            graph = tf_extract.with_recv_bytes(ext.graph, oracle.recv_bytes_from_transfers(transfers))
-            graphs[worker] = graph
-            late |= set(ext.dropped_inputs)
-            compute.update(oracle.times_from_step_stats(
-                [m.step_stats for m in self._traced], name_map=ext.name_map, device=device))
-        # Only parameter reads are scheduled; other PS-to-worker tensors (control-flow
-        # values, e.g. of a global-step update) depend on the step's own progress.
-        reads = _parameter_reads(partition_graphs)
-        for graph in graphs.values():
-            late |= {op.name for op in graph.recvs if op.name not in reads}
+        graphs, compute, late = traced_worker_graphs(self._traced, self.workers)
         self.controller.switch(graphs, compute_times=compute, bandwidth=self.bandwidth,
                                late=late)
         self._traced = []  # free the metadata
@@ -158,6 +139,37 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
             return True
         return task.get("type") == "chief" or (task.get("type") == "worker"
                                                and int(task.get("index", 0)) == 0)
+
+
+def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = None
+                         ) -> tuple[dict[str, Any], dict[str, float], set[str]]:
+    """DAG per worker task, compute times and late recvs from traced steps' RunMetadata
+    (``FULL_TRACE``, partition graphs): what :meth:`Controller.switch` takes.
+
+    The last traced step's partition graphs give each worker's DAG (with transfer sizes
+    from the traced RecvTensor records); ``step_stats`` of every traced step the compute
+    times. Only parameter reads are scheduled; other PS-to-worker tensors (control-flow
+    values, e.g. of a global-step update) depend on the step's own progress: ``late``.
+    """
+    from tictac_hooks.graph import oracle, tf_extract
+    partition_graphs = traced[-1].partition_graphs
+    workers = list(workers) if workers else _worker_tasks(partition_graphs)
+    step_stats = [m.step_stats for m in traced]
+    graphs, late = {}, set()
+    compute: dict[str, float] = {}
+    for worker in workers:
+        ext = tf_extract.extract_partition_graphs(partition_graphs, worker=worker)
+        device = "/job:{}/replica:0/task:{}".format(*worker.split(":"))
+        transfers = oracle.transfers_from_step_stats(step_stats, destination=device)
+        graphs[worker] = tf_extract.with_recv_bytes(
+            ext.graph, oracle.recv_bytes_from_transfers(transfers))
+        late |= set(ext.dropped_inputs)
+        compute.update(oracle.times_from_step_stats(step_stats, name_map=ext.name_map,
+                                                    device=device))
+    reads = _parameter_reads(partition_graphs)
+    for graph in graphs.values():
+        late |= {op.name for op in graph.recvs if op.name not in reads}
+    return graphs, compute, late
 
 
 def _tf_config() -> Mapping[str, Any]:

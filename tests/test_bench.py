@@ -1,0 +1,162 @@
+"""`tictac bench`: metrics on synthetic step records (fast), and one real --quick run
+on a shaped network (root only)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tictac_hooks.bench import metrics
+from tictac_hooks.bench.metrics import StepRecord
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_straggler_is_largest_wait_share_of_the_step():
+    step = StepRecord("none", 2.0, (1.0, 1.5, 1.8))
+    assert step.straggler_pct() == pytest.approx(100 * 0.8 / 2.0)
+    assert StepRecord("none", 2.0, (1.0,)).straggler_pct() == 0.0
+    assert step.makespan == 1.8
+
+
+def test_comm_seconds_takes_the_bottleneck_link():
+    # 1 PS, 2 workers: the PS egress carries both workers' bytes.
+    assert metrics.comm_seconds([1e6], 2, 8e6) == pytest.approx(2.0)
+    # 2 PS, 1 worker: the worker ingress carries both PSes' bytes.
+    assert metrics.comm_seconds([1e6, 1e6], 1, 8e6) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        metrics.comm_seconds([1.0], 1, 0)
+
+
+def test_efficiency_paper_eq4():
+    # comp 1, comm 1: U = 2, L = 1; m = L -> 1, m = U -> 0.
+    assert metrics.efficiency(1.0, 1.0, 1.0) == pytest.approx(1.0)
+    assert metrics.efficiency(2.0, 1.0, 1.0) == pytest.approx(0.0)
+    assert metrics.efficiency(1.5, 1.0, 1.0) == pytest.approx(0.5)
+    assert metrics.efficiency(1.0, 1.0, 0.0) is None
+
+
+def test_summarize_and_compare():
+    base = [StepRecord("none", t, (t * 0.5, t * 0.9)) for t in (1.0, 2.0, 1.0, 2.0)]
+    tic = [StepRecord("tic", t, (t * 0.89, t * 0.9)) for t in (1.0, 1.0, 1.0, 1.1)]
+    a = metrics.summarize(base, global_batch=8, comp=0.6, comm=0.6)
+    b = metrics.summarize(tic, global_batch=8, comp=0.6, comm=0.6)
+    assert a["throughput"] == pytest.approx(8 * 4 / 6.0)
+    assert a["step_time_median"] == pytest.approx(1.5)
+    assert a["step_time_p95"] == pytest.approx(2.0)
+    assert a["straggler_pct"] == pytest.approx(40.0)
+    assert b["step_time_cv"] < a["step_time_cv"]
+    vs = metrics.compare({"none": a, "tic": b})
+    assert vs["tic"]["throughput_gain_pct"] == pytest.approx(100 * (6.0 / 4.1 - 1))
+    assert vs["tic"]["straggler_cut"] == pytest.approx(40.0 / b["straggler_pct"])
+    assert vs["none"]["throughput_gain_pct"] == pytest.approx(0.0)
+    with pytest.raises(ValueError):
+        metrics.summarize([], 1)
+
+
+def test_quantile_nearest_rank():
+    assert metrics.quantile([3, 1, 2, 4], 0.5) == 2
+    assert metrics.quantile(list(range(1, 101)), 0.95) == 95
+    assert metrics.quantile([5], 0.95) == 5
+
+
+def test_rendezvous_counts():
+    records = [
+        {"order": ["a", "b", "c"], "violations": 1, "skips": 0, "schedule_version": 3,
+         "unlisted": ["c"]},
+        {"order": ["a", "b"], "violations": 0, "skips": 1, "schedule_version": 3,
+         "unlisted": []},
+        {"order": ["a"], "violations": 0, "skips": 0, "schedule_version": None},
+    ]
+    c = metrics.rendezvous_counts(records)
+    assert c["transfers"] == 6 and c["violations"] == 1 and c["skips"] == 1
+    assert c["violation_pct"] == pytest.approx(100 / 6)
+    assert c["matched"] == pytest.approx(4 / 5)
+    assert metrics.rendezvous_counts([])["matched"] is None
+
+
+def test_rotation_balances_positions():
+    from tictac_hooks.bench.client import _rotation
+    names = ["none", "rendezvous", "tic"]
+    assert _rotation(names, 0) == ["none", "rendezvous", "tic"]
+    assert _rotation(names, 1) == ["none", "tic", "rendezvous"]
+    firsts = {_rotation(names, r)[0] for r in range(6)}
+    assert firsts == set(names)
+
+
+def test_config_validation_and_rates():
+    from tictac_hooks.bench.runner import BenchConfig, parse_rates
+    assert parse_rates(["auto", "auto:2", "500mbit"]) == [
+        {"kind": "ratio", "value": 1.0, "spec": "auto"},
+        {"kind": "ratio", "value": 2.0, "spec": "auto:2"},
+        {"kind": "rate", "value": 500_000_000, "spec": "500mbit"}]
+    for bad in (dict(model="alexnet"), dict(workers=0), dict(schedules=["tic", "fifo"]),
+                dict(bandwidth=["auto:x"]), dict(mode="eval")):
+        with pytest.raises(ValueError):
+            BenchConfig(**bad).validate()
+
+
+def _result(shaped: bool = True) -> dict:
+    steps = {"none": [1.0, 1.2, 1.4, 1.1], "tic": [0.8, 0.8, 0.81, 0.8]}
+    sched = {}
+    for name, times in steps.items():
+        recs = [StepRecord(name, t, (t * 0.7, t * 0.9)) for t in times]
+        sched[name] = metrics.summarize(recs, 4, 0.5, 0.5)
+        sched[name].update(violations=0 if name == "tic" else None,
+                           violation_pct=0.0 if name == "tic" else None,
+                           matched=1.0 if name == "tic" else None)
+    run = {"rate": "100mbit", "rate_bits": 1e8, "comm_comp_ratio": 1.0, "schedules": sched,
+           "vs_default": metrics.compare(sched), "step_times": steps}
+    return {"config": {"label": "resnet50/training/W2/P1", "batch": 2, "mode": "training",
+                       "workers": 2, "steps": 4, "block_steps": 2},
+            "network": {"shaped": shaped, "reason": "" if shaped else "not root"},
+            "machine": {"before": {"loadavg_1m": 0.5, "cpus": 2},
+                        "after": {"loadavg_1m": 1.0, "cpus": 2}},
+            "wall_s": 10.0, "runs": [run], "schedules": sched}
+
+
+def test_report_markdown_and_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    from tictac_hooks.bench.report import text_table, write_report
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(_result()))
+    md = write_report([str(path)], str(tmp_path / "out"))
+    text = open(md).read()
+    assert "| resnet50/training/W2/P1 b2 | 100mbit |" in text
+    assert "best training gain: tic" in text
+    assert os.path.exists(tmp_path / "out" / "throughput.png")
+    assert any(p.startswith("cdf-") for p in os.listdir(tmp_path / "out"))
+    assert "LOOPBACK FALLBACK" in text_table([_result(shaped=False)])
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.root
+def test_quick_bench_on_a_shaped_network(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the benchmark builds network namespaces shaped with tc")
+    from tictac_hooks.enforce import netns
+    ok, why = netns.available()
+    if not ok:
+        pytest.skip(f"no shaped network here: {why}")
+    out = tmp_path / "quick.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tictac_hooks.cli", "bench", "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    assert result["network"]["shaped"] is True
+    assert set(result["schedules"]) == {"none", "rendezvous", "tic", "tac", "random", "layer"}
+    for name, m in result["schedules"].items():
+        for key in ("throughput", "step_time_median", "step_time_p95", "step_time_cv",
+                    "straggler_pct", "efficiency_median", "violations", "matched"):
+            assert key in m, (name, key)
+        assert m["throughput"] > 0
+    assert result["schedules"]["tic"]["matched"] > 0.9
+    assert "| mobilenetv2/inference/W2/P1" in proc.stdout
+    assert not [ns for ns in netns._namespaces() if ns.startswith(f"{netns.PREFIX}-")
+                and ns.split("-")[1] == str(proc.pid)]

@@ -1,0 +1,8 @@
+"""`tictac bench`: TensorFlow's default transfer order vs TicTac on a shaped network.
+
+- :mod:`~tictac_hooks.bench.runner` builds the network and cluster and drives a run;
+- :mod:`~tictac_hooks.bench.client` runs inside the client's namespace;
+- :mod:`~tictac_hooks.bench.workloads` the Keras application models, in-graph replicated;
+- :mod:`~tictac_hooks.bench.metrics` the per-schedule metrics (no TensorFlow);
+- :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files.
+"""

@@ -1,0 +1,78 @@
+"""`tictac bench` and `tictac bench-report`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, block_steps=2,
+             warmup=1, profile_steps=2, batch=4, bandwidth=["auto"])
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from tictac_hooks.bench.client import SCHEDULES
+    p = sub.add_parser(
+        "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",
+        description="Runs a PS cluster with every task in its own network namespace behind "
+        "a tc-shaped link and compares, interleaved in one run, TensorFlow's default order "
+        "(no rendezvous), the rendezvous without a schedule, TIC, TAC, a fixed random order "
+        "and layer order. Falls back to loopback (and says so) without root or tc.")
+    p.add_argument("--model", default="resnet50",
+                   help="resnet50, inceptionv3, vgg16 or mobilenetv2 (default resnet50)")
+    p.add_argument("--mode", default="training", choices=("training", "inference"))
+    p.add_argument("--workers", type=int, default=2, help="worker tasks W (default 2)")
+    p.add_argument("--ps", type=int, default=1, help="PS tasks (default 1)")
+    p.add_argument("--bandwidth", default="auto",
+                   help="comma-separated link rates to sweep: '500mbit', or 'auto' (comm = "
+                   "comp) / 'auto:R' (comm = R x comp) from the profiled step (default auto)")
+    p.add_argument("--steps", type=int, default=20,
+                   help="measured steps per schedule and rate (default 20)")
+    p.add_argument("--block-steps", type=int, default=5,
+                   help="measured steps per block; schedules rotate by block (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up steps per set (default 2)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="per-worker batch (default: the model's, see workloads.MODELS)")
+    p.add_argument("--schedules", default=",".join(SCHEDULES),
+                   help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
+                   help="write the result JSON here")
+    p.add_argument("--quick", action="store_true",
+                   help="a CI-sized smoke run (MobileNet-v2 inference, 2 workers, 4 steps)")
+    p.add_argument("--loopback", action="store_true", help="do not shape: loopback only")
+    p.add_argument("--timeout", type=float, default=1800.0,
+                   help="bound on the run, seconds (default 1800)")
+    p.set_defaults(func=_bench)
+    r = sub.add_parser("bench-report", help="Markdown + PNG plots from `tictac bench` JSON files")
+    r.add_argument("inputs", nargs="+", metavar="RESULT.json")
+    r.add_argument("--out", required=True, metavar="DIR", help="directory for report.md + PNGs")
+    r.set_defaults(func=_report)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from tictac_hooks.bench.runner import BenchConfig, run
+    settings = dict(model=args.model, mode=args.mode, workers=args.workers, ps=args.ps,
+                    bandwidth=[b for b in args.bandwidth.split(",") if b.strip()],
+                    steps=args.steps, block_steps=args.block_steps, warmup=args.warmup,
+                    batch=args.batch, schedules=[s.strip() for s in args.schedules.split(",")
+                                                 if s.strip()],
+                    loopback=args.loopback, timeout_s=args.timeout)
+    if args.quick:
+        settings.update(QUICK)
+    result = run(BenchConfig(**settings))
+    from tictac_hooks.bench.report import text_table
+    print(text_table([result]))
+    if args.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from tictac_hooks.bench.report import write_report
+    path = write_report(args.inputs, args.out)
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,235 @@
+"""The benchmark client: runs in its own host (network namespace) of the shaped network.
+
+``python -m tictac_hooks.bench.client CONFIG.json`` builds the workload graph, drives
+two sets of identical worker tasks (one reaching the PS tasks through the TicTac
+rendezvous, one directly, for TensorFlow's default path), profiles, computes every
+schedule with the code TicTacHook uses, and then runs the schedules interleaved in
+rotating blocks. It talks to the runner on stdout/stdin: one JSON line per request
+(``{"event": "reshape", "rate_bits": N}``, answered by one line), and ends with
+``{"event": "done"}``. Progress goes to stderr; the result to ``config["out"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+from tictac_hooks.bench import metrics
+
+DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvous
+PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
+ALGORITHMS = ("tic", "tac", "random", "layer")
+SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
+
+
+def _progress(cfg: dict, message: str) -> None:
+    print(f"[bench {cfg['label']}] {message}", file=sys.stderr, flush=True)
+
+
+def _ask(event: dict) -> str:
+    print(json.dumps(event), flush=True)
+    return sys.stdin.readline().strip()
+
+
+class Runner:
+    def __init__(self, cfg: dict) -> None:
+        import tensorflow as tf
+        from tictac_hooks.bench import workloads
+        self.tf, self.cfg = tf, cfg
+        sets = [cfg["interposed_tasks"]] + ([cfg["direct_tasks"]] if cfg["direct_tasks"] else [])
+        self.work = workloads.build(cfg["model"], cfg["mode"], sets, cfg["ps"], cfg["batch"])
+        self.sessions = [tf.compat.v1.Session("grpc://" + cfg["masters"][i],
+                                              graph=self.work.graph)
+                         for i in range(len(sets))]
+        self.sessions[0].run(self.work.init)
+
+    def step(self, which: int, **kwargs: Any) -> metrics.StepRecord | None:
+        tower_set = self.work.sets[which]
+        t0 = time.time()
+        out = self.sessions[which].run(tower_set.fetches, **kwargs)
+        t1 = time.time()
+        stamps = out[-tower_set.num_timestamps:]
+        return metrics.StepRecord("", t1 - t0, tuple(float(s) - t0 for s in stamps))
+
+    def profile(self) -> tuple[dict, dict, set, list]:
+        """Traced steps on the interposed set, no schedule: DAG per worker etc."""
+        from tictac_hooks.callbacks.session_hook import traced_worker_graphs
+        tf = self.tf
+        traced = []
+        for _ in range(self.cfg["profile_steps"]):
+            md = tf.compat.v1.RunMetadata()
+            opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                           output_partition_graphs=True)
+            self.sessions[0].run(self.work.sets[0].fetches, options=opts, run_metadata=md)
+            traced.append(md)
+        workers = [f"worker:{w}" for w in self.cfg["interposed_tasks"]]
+        graphs, compute, late = traced_worker_graphs(traced, workers)
+        return {w: self._sized(g) for w, g in graphs.items()}, compute, late, traced
+
+    def _sized(self, graph: Any) -> Any:
+        """Recvs the trace gave no size (RPC records miss some) get the size of the
+        sending node's output in the client's graph (a variable read: its shape)."""
+        from tictac_hooks.graph.tf_extract import with_recv_bytes
+        sizes = {}
+        for op in graph.recvs:
+            if op.bytes is not None:
+                continue
+            try:
+                out = self.work.graph.get_operation_by_name(op.name).outputs[0]
+            except (KeyError, ValueError, IndexError):
+                continue
+            if out.shape.is_fully_defined() and out.dtype.size:
+                sizes[op.name] = out.shape.num_elements() * out.dtype.size
+        return with_recv_bytes(graph, sizes) if sizes else graph
+
+    def close(self) -> None:
+        for s in self.sessions:
+            s.close()
+
+
+def _oracle(graphs: dict, compute: dict, late: set, num_ps: int) -> tuple[float, list[float]]:
+    """Per-worker compute seconds (median over workers) and parameter bytes per PS per
+    worker (max over workers), from the profiled DAGs."""
+    import statistics
+    comps, per_ps = [], [0.0] * num_ps
+    for graph in graphs.values():
+        comps.append(sum(compute.get(op.name, 0.0) for op in graph.compute_ops))
+        mine = [0.0] * num_ps
+        for op in graph.recvs:
+            index = int((op.channel or "ps:0").split(":")[1])
+            if index < num_ps:
+                mine[index] += op.bytes or 0
+        per_ps = [max(a, b) for a, b in zip(per_ps, mine)]
+    return statistics.median(comps), per_ps
+
+
+def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late: set,
+                 rate_bits: float) -> dict:
+    """One Controller per algorithm (the TicTacHook code path), schedule computed,
+    then lifted again until its block."""
+    from tictac_hooks.callbacks.controller import Controller, Settings
+    out = {}
+    for name in names:
+        settings = Settings(algorithm=name, profile_steps=1, log_dir=None,
+                            skip_timeout=cfg["skip_timeout"], stats_every=1)
+        controller = Controller(cfg["ps_addresses"], settings, install=True)
+        controller.connect()
+        controller.switch(graphs, compute_times=compute, bandwidth=rate_bits / 8.0, late=late)
+        controller.suspend()
+        out[name] = controller
+    return out
+
+
+def _rotation(names: list[str], round_index: int) -> list[str]:
+    """Round r starts at schedule r mod k, and odd rounds run backwards (balances drift
+    and the position inside a round)."""
+    k = len(names)
+    order = names[round_index % k:] + names[:round_index % k]
+    return order[::-1] if round_index % 2 else order
+
+
+def run(cfg: dict) -> dict:
+    from tictac_hooks.enforce.client import clear_everywhere, stats_everywhere
+    r = Runner(cfg)
+    names = [s for s in cfg["schedules"]]
+    algos = [s for s in names if s in ALGORITHMS]
+    _progress(cfg, f"graph built, parameters {r.work.param_bytes / 2**20:.1f} MiB; warm-up")
+    for _ in range(cfg["warmup"]):
+        for which in range(len(r.sessions)):
+            r.step(which)
+    clear_everywhere(cfg["ps_addresses"])
+    graphs, compute, late, _ = r.profile()
+    comp, bytes_per_ps = _oracle(graphs, compute, late, cfg["ps"])
+    _progress(cfg, f"profiled: compute {comp * 1e3:.0f} ms per worker step, parameters "
+                   f"pulled per worker {sum(bytes_per_ps) / 2**20:.1f} MiB over {cfg['ps']} PS")
+    global_batch = cfg["batch"] * len(cfg["interposed_tasks"])
+    runs = []
+    for rate_spec in cfg["rates"]:
+        if rate_spec["kind"] == "ratio":
+            unit = metrics.comm_seconds(bytes_per_ps, len(cfg["interposed_tasks"]), 1.0)
+            rate_bits = float(max(8000, round(unit / (rate_spec["value"] * comp), -5)))
+        else:
+            rate_bits = float(rate_spec["value"])
+        answer = _ask({"event": "reshape", "rate_bits": rate_bits}) if cfg["shaped"] else "unshaped"
+        comm = metrics.comm_seconds(bytes_per_ps, len(cfg["interposed_tasks"]), rate_bits)
+        _progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
+                       f"comm/comp {comm / comp:.2f}")
+        controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
+        for which in range(len(r.sessions)):  # settle at the new rate
+            r.step(which)
+        steps: dict[str, list[metrics.StepRecord]] = {n: [] for n in names}
+        blocks: list[tuple[str, float, float]] = []
+        rv_records: dict[tuple, dict] = {}
+        rounds = math.ceil(cfg["steps"] / cfg["block_steps"])
+        t_start = time.time()
+        for round_index in range(rounds):
+            for name in _rotation(names, round_index):
+                which = 1 if name == DIRECT else 0
+                if name in controllers:
+                    controllers[name].resume()
+                for _ in range(cfg["settle_steps"]):
+                    r.step(which)
+                b0 = time.time()
+                for _ in range(cfg["block_steps"]):
+                    rec = r.step(which)
+                    steps[name].append(metrics.StepRecord(name, rec.step_time, rec.finishes))
+                blocks.append((name, b0, time.time()))
+                if name in controllers:
+                    controllers[name].suspend()
+            for s in stats_everywhere(cfg["ps_addresses"])["steps"]:
+                rv_records[(s["ps"], s["step_id"], s["worker"])] = s
+            line = ", ".join(f"{n} {_median([s.step_time for s in steps[n]]):.3f}"
+                             for n in names)
+            _progress(cfg, f"{rate_bits / 1e6:.0f} Mbit/s round {round_index + 1}/{rounds} "
+                           f"({time.time() - t_start:.0f} s): median step s: {line}")
+        by_schedule: dict[str, list[dict]] = {n: [] for n in names}
+        for rec in rv_records.values():
+            for name, b0, b1 in blocks:
+                if b0 <= rec["start"] <= b1:
+                    by_schedule[name].append(rec)
+                    break
+        results = {}
+        for name in names:
+            summary = metrics.summarize(steps[name], global_batch, comp, comm)
+            if name != DIRECT:
+                summary.update(metrics.rendezvous_counts(by_schedule[name]))
+            else:
+                summary.update(transfers=None, violations=None, violation_pct=None,
+                               skips=None, matched=None)
+            results[name] = summary
+        runs.append({
+            "rate_bits": rate_bits, "comp_s": comp, "comm_s": comm,
+            "comm_comp_ratio": comm / comp, "bytes_per_ps": bytes_per_ps,
+            "schedules": results,
+            "vs_default": metrics.compare(results, DIRECT) if DIRECT in results else {},
+            "step_times": {n: [s.step_time for s in steps[n]] for n in names},
+            "schedule_lengths": {n: len(c.schedule) if c.schedule else 0
+                                 for n, c in controllers.items()},
+        })
+        clear_everywhere(cfg["ps_addresses"])
+    r.close()
+    return {"param_bytes": r.work.param_bytes, "global_batch": global_batch, "runs": runs}
+
+
+def _median(xs: list[float]) -> float:
+    import statistics
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main(argv: list[str]) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with open(argv[0]) as f:
+        cfg = json.load(f)
+    result = run(cfg)
+    with open(cfg["out"], "w") as f:
+        json.dump(result, f)
+    print(json.dumps({"event": "done"}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""Per-schedule metrics of a benchmark run, from per-step records (no TensorFlow).
+
+A step record is what the benchmark client measures for one synchronous iteration:
+the wall time of ``session.run`` and, per worker, when that worker's tower finished
+(seconds after the step started; read from a ``tf.timestamp()`` op that depends on the
+tower's last output, on the worker itself). Definitions:
+
+- throughput: samples per second, ``global batch * steps / sum of step times``.
+- step time median, p95 (nearest rank) and coefficient of variation (stdev / mean).
+- straggler time % of a step (the paper's definition): the largest share of the
+  iteration any worker spends waiting for the slowest one,
+  ``100 * (slowest finish - fastest finish) / step time``; reported as the mean over
+  steps. Zero with one worker.
+- measured efficiency E of a step (paper Eq. 4): ``(U - m) / (U - L)`` with
+  ``U = comp + comm``, ``L = max(comp, comm)`` from the oracle (comp: the profiled
+  compute time of one worker's iteration; comm: the step's parameter bytes over the
+  bottleneck link, see :func:`comm_seconds`) and ``m`` the step's makespan on the
+  workers: the slowest tower's finish. Undefined (None) when U = L.
+- violations and matched share from the rendezvous's records of the same steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from typing import Any, Iterable, Mapping, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """One measured step.
+
+    Attributes:
+      schedule: the schedule the step ran under ("none", "rendezvous", "tic", ...).
+      step_time: wall seconds of the step, as the client saw it.
+      finishes: per worker, seconds from the step's start to that tower's finish.
+    """
+
+    schedule: str
+    step_time: float
+    finishes: tuple[float, ...]
+
+    def straggler_pct(self) -> float:
+        """Largest share (%) of the step any worker waits for the slowest."""
+        if len(self.finishes) < 2 or self.step_time <= 0:
+            return 0.0
+        return 100.0 * (max(self.finishes) - min(self.finishes)) / self.step_time
+
+    @property
+    def makespan(self) -> float:
+        """The step's makespan on the workers: the slowest tower's finish."""
+        return max(self.finishes) if self.finishes else self.step_time
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank quantile (q in [0, 1]) of a non-empty sequence."""
+    if not values:
+        raise ValueError("quantile of no values")
+    xs = sorted(values)
+    rank = max(1, math.ceil(q * len(xs)))
+    return xs[min(rank, len(xs)) - 1]
+
+
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean if mean > 0 else 0.0
+
+
+def comm_seconds(bytes_per_ps: Sequence[float], num_workers: int, rate_bits: float) -> float:
+    """Transfer time of one step's parameter pulls over the bottleneck link.
+
+    Every task has one link of ``rate_bits`` each way. PS ``p`` sends ``bytes_per_ps[p]``
+    to each of the ``num_workers`` workers through its one egress; each worker receives
+    the sum through its one ingress; the busiest of these links bounds the step.
+    """
+    if rate_bits <= 0:
+        raise ValueError(f"rate_bits must be > 0, got {rate_bits}")
+    if not bytes_per_ps:
+        return 0.0
+    per_ps = max(bytes_per_ps) * max(1, num_workers)
+    return 8.0 * max(per_ps, sum(bytes_per_ps)) / rate_bits
+
+
+def efficiency(makespan: float, comp: float, comm: float) -> float | None:
+    """Paper Eq. 4: E = (U - m) / (U - L); None when U = L (nothing to schedule)."""
+    upper, lower = comp + comm, max(comp, comm)
+    if upper - lower <= 1e-12:
+        return None
+    return (upper - makespan) / (upper - lower)
+
+
+def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Violations and matched share from rendezvous step records (one per step, worker
+    and PS): transfers that broke the installed order (``violations``), their share
+    of all transfers, and the share of transfers the installed schedule named."""
+    transfers = violations = unlisted = skips = 0
+    scheduled = 0
+    for r in records:
+        n = len(r.get("order", ()))
+        transfers += n
+        violations += int(r.get("violations", 0))
+        skips += int(r.get("skips", 0))
+        if r.get("schedule_version") is not None:
+            scheduled += n
+            unlisted += len(r.get("unlisted", ()))
+    return {
+        "transfers": transfers,
+        "violations": violations,
+        "violation_pct": 100.0 * violations / transfers if transfers else None,
+        "skips": skips,
+        "matched": (scheduled - unlisted) / scheduled if scheduled else None,
+    }
+
+
+def summarize(steps: Sequence[StepRecord], global_batch: int, comp: float | None = None,
+              comm: float | None = None) -> dict[str, Any]:
+    """The metrics of one schedule's steps (see the module docstring)."""
+    if not steps:
+        raise ValueError("no steps to summarize")
+    times = [s.step_time for s in steps]
+    effs = []
+    if comp is not None and comm is not None:
+        effs = [e for e in (efficiency(s.makespan, comp, comm) for s in steps) if e is not None]
+    straggler = [s.straggler_pct() for s in steps]
+    return {
+        "steps": len(steps),
+        "throughput": global_batch * len(times) / sum(times),
+        "step_time_mean": statistics.fmean(times),
+        "step_time_median": statistics.median(times),
+        "step_time_p95": quantile(times, 0.95),
+        "step_time_cv": coefficient_of_variation(times),
+        "straggler_pct": statistics.fmean(straggler),
+        "straggler_pct_p95": quantile(straggler, 0.95),
+        "efficiency_median": statistics.median(effs) if effs else None,
+        "makespan_median": statistics.median(s.makespan for s in steps),
+    }
+
+
+def compare(results: Mapping[str, Mapping[str, Any]], baseline: str = "none"
+            ) -> dict[str, dict[str, float | None]]:
+    """Per schedule, ratios against ``baseline``: throughput gain (%), CV cut (x),
+    straggler cut (x)."""
+    base = results.get(baseline)
+    out: dict[str, dict[str, float | None]] = {}
+    if not base:
+        return out
+    for name, r in results.items():
+        out[name] = {
+            "throughput_gain_pct": 100.0 * (r["throughput"] / base["throughput"] - 1.0),
+            "cv_cut": _ratio(base["step_time_cv"], r["step_time_cv"]),
+            "straggler_cut": _ratio(base["straggler_pct"], r["straggler_pct"]),
+        }
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b

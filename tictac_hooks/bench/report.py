@@ -1,0 +1,169 @@
+"""Markdown tables and PNG plots from `tictac bench` result JSON files.
+
+``tictac bench-report A.json B.json ... --out DIR`` writes ``DIR/report.md`` with one
+results table (one row per configuration, bandwidth and schedule), a check of the
+issue's targets, and two kinds of plot: the step-time CDF per schedule of every
+configuration, and throughput relative to TensorFlow's default per model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Sequence
+
+DEFAULT = "none"
+TICTAC = ("tic", "tac")
+
+
+def _fmt(value: Any, spec: str, empty: str = "-") -> str:
+    return empty if value is None else format(value, spec)
+
+
+def _rows(results: Sequence[dict]) -> list[tuple[dict, dict, str, dict, dict]]:
+    rows = []
+    for result in results:
+        for run in result["runs"]:
+            for name, metrics in run["schedules"].items():
+                rows.append((result, run, name, metrics, run["vs_default"].get(name, {})))
+    return rows
+
+
+def text_table(results: Sequence[dict]) -> str:
+    """The results as one Markdown table."""
+    lines = []
+    for result in results:
+        if not result["network"]["shaped"]:
+            lines.append(f"**LOOPBACK FALLBACK, NOT A SHAPED NETWORK** "
+                         f"({result['config']['label']}: {result['network'].get('reason')})\n")
+    lines += ["| config | link | comm/comp | schedule | samples/s | vs default | median ms "
+              "| p95 ms | CV | straggler % | E median | violations | matched |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for result, run, name, m, vs in _rows(results):
+        gain = vs.get("throughput_gain_pct")
+        viol = (f"{m['violations']} ({m['violation_pct']:.2f} %)"
+                if m.get("violations") is not None and m.get("violation_pct") is not None
+                else "-")
+        lines.append(
+            f"| {result['config']['label']} b{result['config']['batch']} | {run['rate']} "
+            f"| {run['comm_comp_ratio']:.2f} | {name} | {m['throughput']:.1f} "
+            f"| {_fmt(gain, '+.1f')}{' %' if gain is not None else ''} "
+            f"| {m['step_time_median'] * 1e3:.0f} | {m['step_time_p95'] * 1e3:.0f} "
+            f"| {m['step_time_cv']:.3f} | {m['straggler_pct']:.1f} "
+            f"| {_fmt(m.get('efficiency_median'), '.2f')} | {viol} "
+            f"| {_fmt(m.get('matched'), '.3f')} |")
+    return "\n".join(lines)
+
+
+def targets(results: Sequence[dict]) -> list[str]:
+    """The issue's targets, checked on these results (best of TIC/TAC per run)."""
+    out = []
+    best_gain = {"training": None, "inference": None}
+    worst_slowdown = None
+    for result in results:
+        mode = result["config"]["mode"]
+        for run in result["runs"]:
+            vs, sched = run["vs_default"], run["schedules"]
+            if DEFAULT not in sched:
+                continue
+            label = f"{result['config']['label']} @ {run['rate']}"
+            tictac = [n for n in TICTAC if n in sched]
+            if not tictac:
+                continue
+            gains = {n: vs[n]["throughput_gain_pct"] for n in tictac}
+            best = max(gains, key=gains.get)
+            if best_gain[mode] is None or gains[best] > best_gain[mode][0]:
+                best_gain[mode] = (gains[best], label, best)
+            for n in tictac:
+                if worst_slowdown is None or gains[n] < worst_slowdown[0]:
+                    worst_slowdown = (gains[n], label, n)
+            cv = {n: vs[n]["cv_cut"] for n in tictac}
+            st = {n: vs[n]["straggler_cut"] for n in tictac}
+            eff = {n: sched[n].get("efficiency_median") for n in tictac}
+            def join(values: dict, spec: str, unit: str = "") -> str:
+                return ", ".join(f"{n} {_fmt(v, spec)}{unit}" for n, v in values.items())
+            line = (f"- {label}: throughput {join(gains, '+.1f', ' %')}; "
+                    f"CV cut {join(cv, '.2f', 'x')} (target >= 3x); ")
+            if result["config"]["workers"] > 1:
+                line += f"straggler cut {join(st, '.2f', 'x')} (target >= 2.3x); "
+            out.append(line + f"E {join(eff, '.2f')} (target >= 0.9)")
+    head = []
+    for mode, want in (("training", 20.0), ("inference", 35.0)):
+        if best_gain[mode]:
+            g, label, n = best_gain[mode]
+            head.append(f"- best {mode} gain: {n} {g:+.1f} % on {label} (target >= +{want:.0f} %): "
+                        f"{'met' if g >= want else 'MISSED'}")
+    if worst_slowdown:
+        g, label, n = worst_slowdown
+        head.append(f"- worst TIC/TAC result vs default: {n} {g:+.1f} % on {label} "
+                    f"(target: never below -3 %): {'met' if g >= -3.0 else 'MISSED'}")
+    return head + out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def write_report(paths: Sequence[str], out_dir: str) -> str:
+    """Writes ``out_dir/report.md`` and its PNG plots; returns the Markdown path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = []
+    for path in paths:
+        with open(path) as f:
+            results.append(json.load(f))
+    os.makedirs(out_dir, exist_ok=True)
+    md = ["# TicTac benchmark: TensorFlow's default vs TicTac on a shaped network", ""]
+    for result in results:
+        c, load = result["config"], result["machine"]
+        md.append(f"- `{os.path.basename(paths[results.index(result)])}`: {c['label']}, batch "
+                  f"{c['batch']}/worker, {c['steps']} steps per schedule in blocks of "
+                  f"{c['block_steps']}, network "
+                  f"{'shaped (netns + tc)' if result['network']['shaped'] else 'LOOPBACK FALLBACK'}"
+                  f", load avg {load['before']['loadavg_1m']:.2f} before / "
+                  f"{load['after']['loadavg_1m']:.2f} after on {load['before']['cpus']} CPUs, "
+                  f"{result['wall_s']:.0f} s")
+    md += ["", text_table(results), "", "## Targets", ""] + targets(results) + ["", "## Plots", ""]
+    for result in results:
+        for run in result["runs"]:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for name, times in run["step_times"].items():
+                xs = sorted(t * 1e3 for t in times)
+                ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post",
+                        label=name)
+            title = f"{result['config']['label']} @ {run['rate']}"
+            ax.set(title=f"step time CDF, {title}", xlabel="step time (ms)", ylabel="CDF")
+            ax.grid(alpha=0.3)
+            ax.legend()
+            name = f"cdf-{_slug(title)}.png"
+            fig.tight_layout()
+            fig.savefig(os.path.join(out_dir, name), dpi=90)
+            plt.close(fig)
+            md.append(f"![{title}]({name})")
+    bars = [(f"{r['config']['label']}\n{run['rate']}", run) for r in results for run in r["runs"]
+            if DEFAULT in run["schedules"]]
+    if bars:
+        names = [n for n in results[0]["runs"][0]["schedules"] if n != DEFAULT]
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(bars)), 4))
+        width = 0.8 / max(1, len(names))
+        for k, name in enumerate(names):
+            ax.bar([i + k * width for i in range(len(bars))],
+                   [run["schedules"][name]["throughput"] / run["schedules"][DEFAULT]["throughput"]
+                    if name in run["schedules"] else 0 for _, run in bars],
+                   width, label=name)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(bars))])
+        ax.set_xticklabels([b for b, _ in bars], fontsize=7)
+        ax.set(ylabel="throughput / TensorFlow default", title="throughput per model")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, "throughput.png"), dpi=90)
+        plt.close(fig)
+        md.append("![throughput per model](throughput.png)")
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(md) + "\n")
+    return path

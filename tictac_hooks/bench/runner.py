@@ -1,0 +1,222 @@
+"""`tictac bench`: TensorFlow's default vs TicTac on a shaped network, in one run.
+
+Every task (PS, workers, the client) runs in its own network namespace behind a veth
+link shaped with ``tc`` (:class:`~tictac_hooks.enforce.netns.ShapedNetwork`). There are
+two sets of ``W`` identical worker tasks with identical links: the *interposed* set
+reaches the PS tasks through the TicTac rendezvous (schedules "rendezvous" = no
+schedule, "tic", "tac", "random", "layer"), the *direct* set reaches the PS's
+TensorFlow servers directly ("none": TensorFlow's default, no rendezvous). Only one set
+runs at a time, in rotating blocks, so both see the same PS links, CPU and drift.
+Without root or ``tc`` it falls back to loopback and says so, in its output and JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Sequence
+
+from tictac_hooks.bench import workloads
+from tictac_hooks.bench.client import DIRECT, SCHEDULES
+
+DEFAULT_SCHEDULES = SCHEDULES
+WORKER_ENV = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    """One configuration (see ``tictac bench --help``)."""
+
+    model: str = "resnet50"
+    mode: str = "training"
+    workers: int = 2
+    ps: int = 1
+    bandwidth: Sequence[str] = ("auto",)
+    steps: int = 20
+    block_steps: int = 5
+    settle_steps: int = 1
+    warmup: int = 2
+    profile_steps: int = 3
+    batch: int | None = None
+    schedules: Sequence[str] = DEFAULT_SCHEDULES
+    skip_timeout: float = 2.0
+    timeout_s: float = 1800.0
+    loopback: bool = False
+
+    def validate(self) -> None:
+        workloads.model_key(self.model)
+        if self.mode not in workloads.MODES:
+            raise ValueError(f"--mode must be one of {workloads.MODES}, got {self.mode!r}")
+        for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("steps", 1, 10000),
+                             ("block_steps", 1, 1000), ("warmup", 0, 100),
+                             ("profile_steps", 1, 20), ("settle_steps", 0, 10)):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(f"--{name.replace('_', '-')} must be in {lo}..{hi}, got {value}")
+        bad = [s for s in self.schedules if s not in SCHEDULES]
+        if bad or not self.schedules or len(set(self.schedules)) != len(self.schedules):
+            raise ValueError(f"--schedules must be distinct names from {','.join(SCHEDULES)}, "
+                             f"got {','.join(self.schedules)}")
+        parse_rates(self.bandwidth)
+
+    @property
+    def label(self) -> str:
+        return f"{workloads.model_key(self.model)}/{self.mode}/W{self.workers}/P{self.ps}"
+
+
+def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:
+    """``auto`` (comm/comp = 1), ``auto:R`` (comm/comp = R) or a rate like ``500mbit``."""
+    from tictac_hooks.enforce.netns import rate_bits
+    out = []
+    for spec in specs:
+        spec = spec.strip()
+        if spec.startswith("auto"):
+            _, _, ratio = spec.partition(":")
+            try:
+                value = float(ratio) if ratio else 1.0
+            except ValueError:
+                value = -1.0
+            if not 0.05 <= value <= 20:
+                raise ValueError(f"bandwidth {spec!r}: write auto or auto:R with R the "
+                                 "comm/comp ratio in [0.05, 20]")
+            out.append({"kind": "ratio", "value": value, "spec": spec})
+        else:
+            out.append({"kind": "rate", "value": rate_bits(spec), "spec": spec})
+    if not out:
+        raise ValueError("--bandwidth needs at least one rate")
+    return out
+
+
+def machine_load() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {"loadavg_1m": load[0], "loadavg_5m": load[1], "cpus": os.cpu_count()}
+
+
+def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Runs one configuration (every bandwidth of it) and returns the result JSON."""
+    from tictac_hooks.enforce import netns
+    from tictac_hooks.enforce.launcher import LocalCluster
+    config.validate()
+    say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+    rates = parse_rates(config.bandwidth)
+    w = config.workers
+    direct = DIRECT in config.schedules
+    total_workers = 2 * w if direct else w
+    direct_tasks = list(range(w, 2 * w)) if direct else []
+    if config.loopback:
+        shaped, why = False, "--loopback given"
+    else:
+        shaped, why = netns.available()
+    network: dict[str, Any] = {"shaped": shaped}
+    if not shaped:
+        network["reason"] = why
+        banner = ("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to "
+                  "LOOPBACK: these numbers do NOT measure a shaped link; TicTac's gains\n"
+                  "need a communication-bound setting. Run as root with iproute2 (tc).\n"
+                  + "=" * 78)
+        say(banner)
+    batch = config.batch or workloads.default_batch(config.model, config.mode)
+    started = time.time()
+    load_before = machine_load()
+    with tempfile.TemporaryDirectory(prefix="tictac-bench-") as tmp:
+        cfg = {
+            "label": config.label, "model": config.model, "mode": config.mode, "ps": config.ps,
+            "batch": batch, "interposed_tasks": list(range(w)), "direct_tasks": direct_tasks,
+            "schedules": list(config.schedules), "rates": rates, "steps": config.steps,
+            "block_steps": config.block_steps, "settle_steps": config.settle_steps,
+            "warmup": config.warmup, "profile_steps": config.profile_steps,
+            "skip_timeout": config.skip_timeout, "shaped": shaped,
+            "out": os.path.join(tmp, "result.json"),
+        }
+        env = dict(WORKER_ENV)
+        if shaped:
+            netns.cleanup_stale()
+            first = next((r["value"] for r in rates if r["kind"] == "rate"), "10gbit")
+            hosts = netns.cluster_hosts(config.ps, total_workers)
+            with netns.ShapedNetwork(hosts, rate=first) as net, LocalCluster(
+                    num_ps=config.ps, num_workers=total_workers, rendezvous=True,
+                    direct_workers=direct_tasks, network=net, env=env,
+                    skip_after_s=config.skip_timeout) as cluster:
+                say(f"[bench {config.label}] shaped network: {len(hosts)} namespaces "
+                    f"({', '.join(hosts)}), PS {cluster.ps_addresses}")
+                result = _drive(cluster, cfg, tmp, config.timeout_s, net, say)
+        else:
+            with LocalCluster(num_ps=config.ps, num_workers=total_workers, rendezvous=True,
+                              direct_workers=direct_tasks, env=env,
+                              skip_after_s=config.skip_timeout) as cluster:
+                result = _drive(cluster, cfg, tmp, config.timeout_s, None, say)
+    for run_ in result["runs"]:
+        run_["rate"] = f"{run_['rate_bits'] / 1e6:.0f}mbit"
+    out = {
+        "config": {**dataclasses.asdict(config), "batch": batch, "label": config.label,
+                   "bandwidth": list(config.bandwidth), "schedules": list(config.schedules)},
+        "network": network, "machine": {"before": load_before, "after": machine_load()},
+        "wall_s": time.time() - started, **result,
+    }
+    if out["runs"]:  # the first bandwidth's per-schedule metrics, at the top level too
+        out["schedules"] = out["runs"][0]["schedules"]
+    return out
+
+
+def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
+           say: Callable[[str], None]) -> dict:
+    cfg = dict(cfg, ps_addresses=cluster.ps_addresses,
+               masters=[cluster.worker_addresses[cfg["interposed_tasks"][0]]]
+               + ([cluster.worker_addresses[cfg["direct_tasks"][0]]] if cfg["direct_tasks"]
+                  else []))
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    argv = [sys.executable, "-m", "tictac_hooks.bench.client", path]
+    env = cluster.child_env()
+    env.pop("TF_NUM_INTEROP_THREADS", None)
+    env.pop("TF_NUM_INTRAOP_THREADS", None)
+    proc = cluster.spawn_in("client", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    deadline = time.monotonic() + timeout_s
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    done = False
+    try:
+        while not done:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the benchmark client did not finish within "
+                                   f"{timeout_s:.0f} s (--timeout)")
+            if not sel.select(timeout=min(left, 5.0)):
+                if proc.poll() is not None:
+                    break
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "reshape":
+                if net is not None:
+                    net.reshape(rate=int(event["rate_bits"]))
+                    proc.stdin.write("shaped\n")
+                else:
+                    proc.stdin.write("unshaped\n")
+                proc.stdin.flush()
+            elif event.get("event") == "done":
+                done = True
+        proc.wait(30)
+    finally:
+        sel.close()
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode != 0 or not os.path.exists(cfg["out"]):
+        logs = "\n".join(f"--- {t.job}{t.index}:\n{t.log(1500)}" for t in cluster.tasks)
+        raise RuntimeError(f"the benchmark client failed (exit {proc.returncode}); "
+                           f"task logs:\n{logs}")
+    with open(cfg["out"]) as f:
+        return json.load(f)

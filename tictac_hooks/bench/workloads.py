@@ -1,0 +1,117 @@
+"""Benchmark workloads: Keras application models, in-graph replicated (tf.compat.v1).
+
+The variables live on the PS tasks (``replica_device_setter``, round-robin), one tower
+per worker reads them and computes on synthetic input (random images on the worker, as
+the paper's synthetic ImageNet). Training: each tower's gradients, averaged on the PS
+that holds the variable, update it with SGD (synchronous, as in the paper).
+Inference: the forward pass alone. Each tower ends in a ``tf.timestamp()`` on its
+worker that depends on the tower's last output: the client fetches it to know when
+each worker finished (straggler time, makespan).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+# name -> (keras.applications attribute, input side, default per-worker batch for
+# training, for inference). Small inputs so that two CPU cores can run every task
+# (Inception-v3 needs >= 75); batches large enough that a step takes about a second, so
+# that the link rate that balances communication and computation stays near 1 Gbit/s.
+MODELS = {
+    "resnet50": ("ResNet50", 32, 32, 96),
+    "inceptionv3": ("InceptionV3", 75, 16, 48),
+    "vgg16": ("VGG16", 32, 32, 96),
+    "mobilenetv2": ("MobileNetV2", 32, 64, 256),
+}
+CLASSES = 10
+MODES = ("training", "inference")
+
+
+def default_batch(model: str, mode: str) -> int:
+    return MODELS[model_key(model)][2 if mode == "training" else 3]
+
+
+def model_key(name: str) -> str:
+    key = name.lower().replace("-", "").replace("_", "")
+    if key not in MODELS:
+        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
+    return key
+
+
+@dataclasses.dataclass
+class TowerSet:
+    """The fetches of one set of worker tasks: ``step`` runs one iteration and returns
+    the per-tower finish timestamps (wall-clock seconds) as its last elements."""
+
+    workers: list[int]
+    fetches: list[Any]
+    num_timestamps: int
+
+
+@dataclasses.dataclass
+class Workload:
+    graph: Any
+    init: Any
+    sets: list[TowerSet]
+    variables: list[Any]
+    param_bytes: int
+
+
+def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: int,
+          batch: int, seed: int = 7, learning_rate: float = 1e-3) -> Workload:
+    """One graph: the model's variables on the PS tasks and, for each worker set, one
+    tower per worker task of that set (the sets share the variables)."""
+    import os
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    import tf_keras
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    attr, side = MODELS[model_key(model)][:2]
+    tf.compat.v1.disable_eager_execution()
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.compat.v1.set_random_seed(seed)
+        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
+            net = getattr(tf_keras.applications, attr)(
+                weights=None, input_shape=(side, side, 3), classes=CLASSES)
+        variables = list(net.trainable_variables)
+        sets = []
+        for tasks in worker_sets:
+            tower_grads, stamps, outputs = [], [], []
+            for w in tasks:
+                with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"tower{w}"):
+                    x = tf.random.uniform([batch, side, side, 3], seed=seed + w)
+                    if mode == "training":
+                        labels = tf.random.uniform([batch], maxval=CLASSES, dtype=tf.int32,
+                                                   seed=seed + 100 + w)
+                        logits = net(x, training=True)
+                        loss = tf.reduce_mean(
+                            tf_keras.losses.sparse_categorical_crossentropy(labels, logits))
+                        grads = tf.gradients(loss, variables)
+                        tower_grads.append(grads)
+                        last = [g for g in grads if g is not None]
+                    else:
+                        # A fetched scalar: Grappler turns compute that only feeds
+                        # control edges into NoOps (it would never run).
+                        last = [tf.reduce_sum(net(x, training=False))]
+                        outputs.append(last[0])
+                    with tf.control_dependencies(last):
+                        stamps.append(tf.timestamp())
+            fetches: list[Any] = list(outputs)
+            if mode == "training":
+                updates = []
+                for i, var in enumerate(variables):
+                    grads_i = [g[i] for g in tower_grads if g[i] is not None]
+                    if not grads_i:
+                        continue
+                    with tf.compat.v1.colocate_with(var):
+                        mean = tf.add_n(grads_i) / float(len(grads_i))
+                        updates.append(var.assign_sub(learning_rate * mean).op)
+                fetches.append(tf.group(*updates))
+            sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
+        init = tf.compat.v1.global_variables_initializer()
+    param_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
+    return Workload(graph, init, sets, variables, param_bytes)
