@@ -16,19 +16,22 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tictac",
         description="TicTac communication scheduling for TensorFlow parameter-server training.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in COMMAND_MODULES:
+    for module in modules:
         importlib.import_module(module).register(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None,
+         modules: Sequence[str] = COMMAND_MODULES) -> int:
+    """Runs a `tictac` subcommand; ``modules`` limits which are loaded (the launcher's
+    PS and worker processes load only the enforce commands)."""
+    parser = build_parser(modules)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

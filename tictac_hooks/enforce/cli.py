@@ -166,16 +166,8 @@ def _trace(args: argparse.Namespace) -> int:
 def main(argv=None) -> int:
     """`python -m tictac_hooks.enforce.cli ...`: these subcommands without the rest of
     the `tictac` command (used by the local-cluster launcher)."""
-    parser = argparse.ArgumentParser(prog="tictac")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-    register(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except (ValueError, OSError, ConnectionError) as e:
-        print(f"tictac {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    from tictac_hooks.cli import main as tictac_main
+    return tictac_main(argv, modules=("tictac_hooks.enforce.cli",))
 
 
 if __name__ == "__main__":
