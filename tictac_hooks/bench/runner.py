@@ -26,7 +26,7 @@ from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, SCHEDULES
 
 DEFAULT_SCHEDULES = SCHEDULES
-WORKER_ENV = {"TF_NUM_INTEROP_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
+WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
 
 
 @dataclasses.dataclass

@@ -56,6 +56,7 @@ class Workload:
     sets: list[TowerSet]
     variables: list[Any]
     param_bytes: int
+    all_variables: list[Any] = dataclasses.field(default_factory=list)
 
 
 def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: int,
@@ -78,6 +79,7 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
             net = getattr(tf_keras.applications, attr)(
                 weights=None, input_shape=(side, side, 3), classes=CLASSES)
         variables = list(net.trainable_variables)
+        all_variables = list(net.variables)
         sets = []
         for tasks in worker_sets:
             tower_grads, stamps, outputs = [], [], []
@@ -114,4 +116,4 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
             sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
         init = tf.compat.v1.global_variables_initializer()
     param_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return Workload(graph, init, sets, variables, param_bytes)
+    return Workload(graph, init, sets, variables, param_bytes, all_variables)
