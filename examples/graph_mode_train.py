@@ -1,16 +1,24 @@
 """Graph-mode (tf.compat.v1) PS training with TicTac as a session hook.
 
 Starts a local cluster (1 PS behind the TicTac rendezvous, 2 workers by default) and
-trains an MLP with in-graph replication, as in the paper: one client builds a tower on
-every worker, averages their gradients and applies them to the variables on the PS,
-all inside `MonitoredTrainingSession(hooks=[TicTacHook(...)])`.
+trains an MLP inside `MonitoredTrainingSession(hooks=[TicTacHook(...)])`, with either
+replication the paper used:
+
+* in-graph (default): one client builds a tower on every worker, averages their
+  gradients and applies them to the variables on the PS (synchronous);
+* between-graph (`--replication=between`): one client process per worker, each with
+  its own graph and hook; the chief's hook installs the schedule, every worker's steps
+  follow it (asynchronous updates).
 
     .venv/bin/python examples/graph_mode_train.py --steps 60 --log_dir runs/graph
+    .venv/bin/python examples/graph_mode_train.py --replication=between
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +34,10 @@ flags.DEFINE_integer("seed", 3, "Graph-level random seed.")
 flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
 flags.DEFINE_boolean("tictac", True, "Add the TicTac hook (--notictac: plain training).")
+flags.DEFINE_enum("replication", "in-graph", ["in-graph", "between"],
+                  "in-graph: one client, a tower per worker; between: a client per worker.")
+flags.DEFINE_string("cluster_spec", None, "(between-graph child) the cluster to join, JSON.")
+flags.DEFINE_integer("task_index", 0, "(between-graph child) this client's worker task.")
 FLAGS = flags.FLAGS
 FLAGS.set_default("tictac_profile_steps", 15)
 
@@ -89,39 +101,104 @@ class FinalValues:
         self.values = session.run(self.tensors)
 
 
+def build_between(tf, task: int, num_ps: int, batch_size: int, seed: int):
+    """Between-graph: this worker's own graph, variables on the PS, its own updates."""
+    tf.compat.v1.set_random_seed(seed)
+    setter = tf.compat.v1.train.replica_device_setter(
+        ps_tasks=num_ps, worker_device=f"/job:worker/task:{task}")
+    with tf.compat.v1.device(setter):
+        weights = []
+        for i, (n_in, n_out) in enumerate(zip(LAYERS[:-1], LAYERS[1:])):
+            weights.append(tf.compat.v1.get_variable(
+                f"dense{i}/kernel", [n_in, n_out],
+                initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed + i)))
+            weights.append(tf.compat.v1.get_variable(
+                f"dense{i}/bias", [n_out], initializer=tf.compat.v1.zeros_initializer()))
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        x = tf.random.stateless_normal([batch_size, LAYERS[0]], seed=[seed, task])
+        labels = tf.random.stateless_uniform([batch_size], seed=[seed, 100 + task],
+                                             maxval=LAYERS[-1], dtype=tf.int32)
+        h = x
+        for i in range(0, len(weights), 2):
+            h = tf.matmul(h, weights[i]) + weights[i + 1]
+            if i + 2 < len(weights):
+                h = tf.nn.relu(h)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=h))
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+            loss, global_step=global_step)
+    return train_op, loss, weights
+
+
+def train(tf, cluster_spec, task: int, is_chief: bool, log_dir: str, between: bool):
+    """One client's MonitoredTrainingSession; returns (losses, final weights, hook)."""
+    from tictac_hooks import TicTacHook
+    if between:
+        train_op, loss, weights = build_between(tf, task, FLAGS.ps, FLAGS.batch_size, FLAGS.seed)
+    else:
+        train_op, loss, weights = build(tf, FLAGS.workers, FLAGS.ps, FLAGS.batch_size, FLAGS.seed)
+    final = FinalValues(weights)
+    # Between-graph clients each run their own --steps (the global step counts all).
+    hooks = [final] if between else [tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.steps),
+                                     final]
+    tictac = TicTacHook(cluster_spec=cluster_spec, log_dir=log_dir, is_chief=is_chief)
+    if FLAGS.tictac:
+        hooks.append(tictac)
+    losses = []
+    with tf.compat.v1.train.MonitoredTrainingSession(
+            master="grpc://" + cluster_spec["worker"][task], is_chief=is_chief, hooks=hooks,
+            checkpoint_dir=None, save_summaries_steps=None,
+            save_summaries_secs=None, log_step_count_steps=None) as sess:
+        while not sess.should_stop() and not (between and len(losses) >= FLAGS.steps):
+            _, value = sess.run([train_op, loss])
+            losses.append(value)
+    return losses, final.values, tictac
+
+
+def report(tf_losses, final, tictac, log_dir: str) -> None:
+    print(f"loss: first {tf_losses[0]:.4f}, last {tf_losses[-1]:.4f} ({len(tf_losses)} steps)")
+    if FLAGS.save_weights:
+        import numpy as np
+        np.savez(FLAGS.save_weights, *final)
+    if FLAGS.tictac:
+        from common import print_summary, write_summary
+        print_summary(tictac, log_dir)
+        write_summary(tictac, FLAGS.summary_json)
+
+
 def main(argv):
     del argv
     logging.set_verbosity(logging.WARNING)
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
 
-    from tictac_hooks import TicTacHook
     from tictac_hooks.enforce.launcher import LocalCluster
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "graph_mode_train")
+    if FLAGS.cluster_spec:  # a between-graph client, started by the parent below
+        spec = json.loads(FLAGS.cluster_spec)
+        task = FLAGS.task_index
+        losses, final, tictac = train(tf, spec, task, task == 0,
+                                      os.path.join(log_dir, f"client_{task}"), between=True)
+        print(f"[worker {task}]", end=" ")
+        report(losses, final, tictac, os.path.join(log_dir, f"client_{task}"))
+        return
     with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True) as cluster:
-        train_op, loss, weights = build(tf, FLAGS.workers, FLAGS.ps, FLAGS.batch_size, FLAGS.seed)
-        final = FinalValues(weights)
-        hooks = [tf.compat.v1.train.StopAtStepHook(last_step=FLAGS.steps), final]
-        tictac = TicTacHook(cluster_spec=cluster.spec, log_dir=log_dir)
-        if FLAGS.tictac:
-            hooks.append(tictac)
-        losses = []
-        with tf.compat.v1.train.MonitoredTrainingSession(
-                master="grpc://" + cluster.worker_addresses[0], is_chief=True, hooks=hooks,
-                checkpoint_dir=None, save_summaries_steps=None,
-                save_summaries_secs=None, log_step_count_steps=None) as sess:
-            while not sess.should_stop():
-                _, value = sess.run([train_op, loss])
-                losses.append(value)
-        print(f"loss: first {losses[0]:.4f}, last {losses[-1]:.4f} ({len(losses)} steps)")
-        if FLAGS.save_weights:
-            import numpy as np
-            np.savez(FLAGS.save_weights, *final.values)
-        if FLAGS.tictac:
-            from common import print_summary, write_summary
-            print_summary(tictac, log_dir)
-            write_summary(tictac, FLAGS.summary_json)
+        if FLAGS.replication == "in-graph":
+            report(*train(tf, cluster.spec, 0, True, log_dir, between=False), log_dir)
+            return
+        children = []
+        for task in range(FLAGS.workers):
+            extra = [f"--cluster_spec={json.dumps(cluster.spec)}", f"--task_index={task}"]
+            if task and FLAGS.summary_json:  # the chief's summary is the one asked for
+                extra.append(f"--summary_json={FLAGS.summary_json}.worker{task}")
+            if task and FLAGS.save_weights:
+                extra.append("--save_weights=")
+            children.append(cluster.spawn([sys.executable, os.path.abspath(__file__),
+                                           *sys.argv[1:], *extra]))
+        codes = [child.wait(timeout=1800) for child in children]
+        if any(codes):
+            raise SystemExit(f"between-graph clients exited with {codes}")
 
 
 if __name__ == "__main__":

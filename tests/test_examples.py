@@ -47,6 +47,19 @@ def test_graph_mode_in_graph_replication_follows_the_order_and_trains_the_same(t
             np.testing.assert_array_equal(a[k], b[k])
 
 
+def test_graph_mode_between_graph_every_worker_follows_the_chiefs_order(tmp_path):
+    out = run("graph_mode_train.py", "--replication=between", "--steps=30",
+              "--tictac_profile_steps=8", f"--log_dir={tmp_path / 'tb'}",
+              f"--summary_json={tmp_path / 's.json'}")
+    assert "[worker 0]" in out.stdout and "[worker 1]" in out.stdout
+    chief = check_followed(tmp_path / "s.json", min_scheduled=20)
+    assert chief["scheduled_transfers"] >= 10
+    # Worker 1's client installs nothing but reports what the PS did for everyone.
+    other = json.loads((tmp_path / "s.json.worker1").read_text())
+    assert other["order"]["followed"] == other["order"]["scheduled_steps"] > 0
+    assert other["order"].get("violations", 0) == 0
+
+
 def test_inference_with_evaluate_follows_the_order(tmp_path):
     run("inference.py", "--steps=40", "--tictac_profile_steps=12",
         f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")

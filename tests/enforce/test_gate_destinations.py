@@ -44,3 +44,13 @@ def test_a_destination_not_seen_before_the_install_enforces_everything_listed():
         recs = await _step(gate, 1, [(W0, "b"), (W0, "a")])
         assert recs[W0]["order"] == ["a", "b"]
     asyncio.run(main())
+
+
+def test_a_destination_served_only_unlisted_names_enforces_everything_listed():
+    async def main():
+        gate = Gate(skip_after_s=0.05)
+        await _step(gate, 1, [(W0, "a"), (W0, "b"), (W1, "init/poll")])
+        gate.install(Schedule.from_order("tic", ["a", "b"]))
+        recs = await _step(gate, 2, [(W1, "b"), (W1, "a")])
+        assert recs[W1]["order"] == ["a", "b"] and recs[W1]["violations"] == 0
+    asyncio.run(main())

@@ -86,10 +86,10 @@ class _Installed:
         The counter is per (step, destination), so a destination must not wait for
         transfers that only other destinations receive (in-graph replication: each
         tower reads through its own ops; a schedule may cover several workers)."""
-        if not served:
-            return self
         expected = self.expected & served
-        if expected == self.expected:
+        if not expected or expected == self.expected:
+            # Served none of the listed transfers yet (e.g. a between-graph worker that
+            # has only polled for initialization): it enforces the whole schedule.
             return self
         return _Installed(self.version, self.schedule, set(expected))
 
