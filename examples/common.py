@@ -29,6 +29,9 @@ def print_summary(tictac: Any, log_dir: str) -> None:
         if before and after:
             line += f" ({(before / after - 1) * 100:+.1f} % throughput)"
         print(line)
+    print("  (a loopback cluster on a shared CPU: transfers cost almost nothing here, so "
+          "step-time differences are mostly noise; README, 'End to end on a shaped "
+          "network', has the measured gains)")
     print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
           f"Transfer timeline (Perfetto / chrome://tracing): "
           f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")
