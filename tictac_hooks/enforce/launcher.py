@@ -66,6 +66,17 @@ def _kill_all_live() -> None:
 atexit.register(_kill_all_live)
 
 
+def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
+    """SIGKILLs each process's whole group and reaps it."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(Exception):
+            proc.wait(10)
+
+
 def _bind_failure(message: str) -> bool:
     return "Could not start gRPC server" in message or "Address already in use" in message
 
@@ -232,29 +243,27 @@ class LocalCluster:
         raise AssertionError("unreachable")
 
     def _start_once(self) -> "LocalCluster":
-        if True:
-            for i, rv in enumerate(self.rendezvous):
-                args = ["ps", "--cluster-spec", json.dumps(self.spec), "--task-index", str(i)]
-                if rv:
-                    args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
-                    if self.network is not None:
-                        args += ["--bind-host", self.network.address(self.host("ps", i))]
-                    if self.skip_after_s is not None:
-                        args += ["--skip-after", str(self.skip_after_s)]
-                else:
-                    args += ["--no-rendezvous"]
-                self._start_task("ps", i, args)
-            for i in range(len(self.spec["worker"])):
-                spec = self.direct_spec() if i in self.direct_workers else self.spec
-                self._start_task("worker", i, [
-                    "server", "--cluster-spec", json.dumps(spec), "--job", "worker",
-                    "--task-index", str(i)])
-            self.wait_ready()
+        for i, rv in enumerate(self.rendezvous):
+            args = ["ps", "--cluster-spec", json.dumps(self.spec), "--task-index", str(i)]
+            if rv:
+                args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
+                if self.network is not None:
+                    args += ["--bind-host", self.network.address(self.host("ps", i))]
+                if self.skip_after_s is not None:
+                    args += ["--skip-after", str(self.skip_after_s)]
+            else:
+                args += ["--no-rendezvous"]
+            self._start_task("ps", i, args)
+        for i in range(len(self.spec["worker"])):
+            spec = self.direct_spec() if i in self.direct_workers else self.spec
+            self._start_task("worker", i, [
+                "server", "--cluster-spec", json.dumps(spec), "--job", "worker",
+                "--task-index", str(i)])
+        self.wait_ready()
         return self
 
     def _stop_tasks(self) -> None:
-        for task in self.tasks:
-            _kill_group(task.process)
+        _kill_groups([t.process for t in self.tasks])
         self.tasks = []
 
     def _pick_loopback_ports(self) -> None:
@@ -347,14 +356,7 @@ class LocalCluster:
 
     def close(self) -> None:
         """Kills every process this cluster started (idempotent)."""
-        procs = [t.process for t in self.tasks] + self._extra
-        for proc in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-        for proc in procs:
-            with contextlib.suppress(Exception):
-                proc.wait(10)
+        _kill_groups([t.process for t in self.tasks] + self._extra)
         _LIVE.discard(self)
 
     def __enter__(self) -> "LocalCluster":

@@ -1,0 +1,24 @@
+"""The local-cluster launcher: a port taken between pick and bind is retried; start is
+idempotent; nothing outlives the cluster."""
+
+import socket
+
+import pytest
+
+from tictac_hooks.enforce.launcher import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_taken_port_makes_the_cluster_restart_on_fresh_ports():
+    cluster = LocalCluster(num_ps=1, num_workers=1, rendezvous=False)
+    host, port = cluster.spec["ps"][0].rsplit(":", 1)
+    with socket.socket() as blocker:  # no SO_REUSEPORT: TensorFlow's bind fails
+        blocker.bind((host, int(port)))
+        blocker.listen()
+        with cluster:
+            assert cluster.spec["ps"][0] != f"{host}:{port}"
+            assert all(t.alive for t in cluster.tasks) and len(cluster.tasks) == 2
+            assert cluster.start() is cluster and len(cluster.tasks) == 2  # idempotent
+            procs = [t.process for t in cluster.tasks]
+    assert all(p.poll() is not None for p in procs)
