@@ -44,31 +44,42 @@ FLAGS.set_default("tictac_profile_steps", 15)
 LAYERS = (256, 512, 512, 512, 256, 10)
 
 
+def make_weights(tf, seed: int):
+    """The MLP's variables (created under the caller's device function)."""
+    weights = []
+    for i, (n_in, n_out) in enumerate(zip(LAYERS[:-1], LAYERS[1:])):
+        weights.append(tf.compat.v1.get_variable(
+            f"dense{i}/kernel", [n_in, n_out],
+            initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed + i)))
+        weights.append(tf.compat.v1.get_variable(
+            f"dense{i}/bias", [n_out], initializer=tf.compat.v1.zeros_initializer()))
+    return weights
+
+
+def tower_loss(tf, weights, batch_size: int, seed: int, task: int):
+    """Synthetic batch of worker ``task`` through the MLP; mean cross-entropy."""
+    x = tf.random.stateless_normal([batch_size, LAYERS[0]], seed=[seed, task])
+    labels = tf.random.stateless_uniform([batch_size], seed=[seed, 100 + task],
+                                         maxval=LAYERS[-1], dtype=tf.int32)
+    h = x
+    for i in range(0, len(weights), 2):
+        h = tf.matmul(h, weights[i]) + weights[i + 1]
+        if i + 2 < len(weights):
+            h = tf.nn.relu(h)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=labels, logits=h))
+
+
 def build(tf, num_workers: int, num_ps: int, batch_size: int, seed: int):
-    """Variables on the PS tasks, one tower per worker, averaged gradients."""
+    """In-graph: variables on the PS tasks, one tower per worker, averaged gradients."""
     tf.compat.v1.set_random_seed(seed)
     with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
-        weights = []
-        for i, (n_in, n_out) in enumerate(zip(LAYERS[:-1], LAYERS[1:])):
-            weights.append(tf.compat.v1.get_variable(
-                f"dense{i}/kernel", [n_in, n_out],
-                initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed + i)))
-            weights.append(tf.compat.v1.get_variable(
-                f"dense{i}/bias", [n_out], initializer=tf.compat.v1.zeros_initializer()))
+        weights = make_weights(tf, seed)
         global_step = tf.compat.v1.train.get_or_create_global_step()
     tower_grads, losses = [], []
     for w in range(num_workers):
         with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"tower{w}"):
-            x = tf.random.stateless_normal([batch_size, LAYERS[0]], seed=[seed, w])
-            labels = tf.random.stateless_uniform([batch_size], seed=[seed, 100 + w],
-                                                 maxval=LAYERS[-1], dtype=tf.int32)
-            h = x
-            for i in range(0, len(weights), 2):
-                h = tf.matmul(h, weights[i]) + weights[i + 1]
-                if i + 2 < len(weights):
-                    h = tf.nn.relu(h)
-            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=labels, logits=h))
+            loss = tower_loss(tf, weights, batch_size, seed, w)
             losses.append(loss)
             tower_grads.append(tf.gradients(loss, weights))
     with tf.device("/job:worker/task:0"):
@@ -77,6 +88,20 @@ def build(tf, num_workers: int, num_ps: int, batch_size: int, seed: int):
             zip(grads, weights), global_step=global_step)
         mean_loss = tf.add_n(losses) / num_workers
     return train_op, mean_loss, weights
+
+
+def build_between(tf, task: int, num_ps: int, batch_size: int, seed: int):
+    """Between-graph: this worker's own graph, variables on the PS, its own updates."""
+    tf.compat.v1.set_random_seed(seed)
+    setter = tf.compat.v1.train.replica_device_setter(
+        ps_tasks=num_ps, worker_device=f"/job:worker/task:{task}")
+    with tf.compat.v1.device(setter):
+        weights = make_weights(tf, seed)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        loss = tower_loss(tf, weights, batch_size, seed, task)
+        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
+            loss, global_step=global_step)
+    return train_op, loss, weights
 
 
 class FinalValues:
@@ -99,35 +124,6 @@ class FinalValues:
 
     def end(self, session):
         self.values = session.run(self.tensors)
-
-
-def build_between(tf, task: int, num_ps: int, batch_size: int, seed: int):
-    """Between-graph: this worker's own graph, variables on the PS, its own updates."""
-    tf.compat.v1.set_random_seed(seed)
-    setter = tf.compat.v1.train.replica_device_setter(
-        ps_tasks=num_ps, worker_device=f"/job:worker/task:{task}")
-    with tf.compat.v1.device(setter):
-        weights = []
-        for i, (n_in, n_out) in enumerate(zip(LAYERS[:-1], LAYERS[1:])):
-            weights.append(tf.compat.v1.get_variable(
-                f"dense{i}/kernel", [n_in, n_out],
-                initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed + i)))
-            weights.append(tf.compat.v1.get_variable(
-                f"dense{i}/bias", [n_out], initializer=tf.compat.v1.zeros_initializer()))
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        x = tf.random.stateless_normal([batch_size, LAYERS[0]], seed=[seed, task])
-        labels = tf.random.stateless_uniform([batch_size], seed=[seed, 100 + task],
-                                             maxval=LAYERS[-1], dtype=tf.int32)
-        h = x
-        for i in range(0, len(weights), 2):
-            h = tf.matmul(h, weights[i]) + weights[i + 1]
-            if i + 2 < len(weights):
-                h = tf.nn.relu(h)
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=labels, logits=h))
-        train_op = tf.compat.v1.train.GradientDescentOptimizer(0.05).minimize(
-            loss, global_step=global_step)
-    return train_op, loss, weights
 
 
 def train(tf, cluster_spec, task: int, is_chief: bool, log_dir: str, between: bool):
