@@ -417,3 +417,51 @@ def test_a_client_that_goes_away_abandons_its_held_requests(upstream):
         assert rec["order"] == [] and [s["reason"] for s in rec["skipped"]] == ["cancelled"]
     finally:
         rv.stop()
+
+
+def _complete_frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    """The complete frames at the start of ``data`` (a partial last one left out)."""
+    out, pos = [], 0
+    while pos + 9 <= len(data):
+        word, flags, sid = struct.unpack_from(">IBI", data, pos)
+        if pos + 9 + (word >> 8) > len(data):
+            break
+        out.append((word & 0xFF, flags, sid & 0x7FFFFFFF, data[pos + 9:pos + 9 + (word >> 8)]))
+        pos += 9 + (word >> 8)
+    return out
+
+
+def test_a_release_never_lands_inside_another_streams_frame(upstream):
+    """A held RecvTensor request released while a large DATA frame of another stream is
+    half through goes upstream after that frame, not inside it."""
+    gate = Gate(skip_after_s=5.0)
+    gate.install(Schedule.from_order("test", ["a", "b"]))
+    rv = start(upstream.address, gate)
+    try:
+        c = Client(rv.address)
+        big = frame(DATA, END_STREAM, 5, bytes(range(256)) * ((4 << 20) // 256))
+        first = (PREFACE + frame(SETTINGS, 0, 0) + SETTINGS_ACK +
+                 c.headers(1, RECV_TENSOR) + frame(DATA, END_STREAM, 1, recv_request(3, "b")) +
+                 c.headers(3, RECV_TENSOR) + frame(DATA, END_STREAM, 3, recv_request(3, "a")) +
+                 c.headers(5, b"/tensorflow.WorkerService/RunGraph") + big[:1 << 20])
+        c.send(first)
+        up = upstream.conn()
+        assert up.wait(lambda p: len(p.data) > 1 << 19)
+        time.sleep(0.05)
+        # a is answered: b's request is released while stream 5's frame is half-way
+        status = Encoder().encode([(b":status", b"200")])
+        up.sock.sendall(frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 3, status))
+        assert up.wait(lambda p: not _h(_complete_frames(bytes(p.data[len(PREFACE):])),
+                                        DATA, 1) and _h(_complete_frames(
+                                            bytes(p.data[len(PREFACE):])), DATA, 3))
+        time.sleep(0.2)
+        c.send(big[1 << 20:])
+        up.wait_len(len(first) - len(SETTINGS_ACK) + len(big) - (1 << 20), timeout=30)
+        got = frames(bytes(up.data[len(PREFACE):]))
+        order = [(f[0], f[2]) for f in got if f[0] in (HEADERS, DATA)]
+        assert order == [(HEADERS, 1), (HEADERS, 3), (DATA, 3), (HEADERS, 5), (DATA, 5),
+                         (DATA, 1)], order
+        assert _h(got, DATA, 5)[0][3] == big[9:]
+        assert _h(got, DATA, 1)[0][3] == recv_request(3, "b")
+    finally:
+        rv.stop()
