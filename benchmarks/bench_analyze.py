@@ -30,8 +30,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--seeds", type=int, default=10)
     args = parser.parse_args()
-    print(f"| model | mode | ops | recvs | MiB | U ms | L ms | L* ms | S | random E | "
-          f"TIC E | TIC E* | TIC gain | TAC E | TAC E* | TAC gain | TAC s |")
+    print("| model | mode | ops | recvs | MiB | U ms | L ms | L* ms | S | random E | "
+          "TIC E | TIC E* | TIC gain | TAC E | TAC E* | TAC gain | TAC s |")
     print("|" + "---|" * 17)
     for model in args.models.split(","):
         for training in (False, True):

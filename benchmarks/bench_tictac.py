@@ -14,7 +14,6 @@ A configuration is MODEL:MODE:WORKERS:PS:BANDWIDTH[;BANDWIDTH...] (bandwidths as
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tictac_hooks.enforce.client import (RendezvousClient, RendezvousError,
-                                         install_everywhere, stats_everywhere)
+                                         install_everywhere)
 from tictac_hooks.enforce.launcher import LocalCluster
-from tictac_hooks.graph.schedule import Schedule, ScheduleError
+from tictac_hooks.graph.schedule import Schedule
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

@@ -12,6 +12,7 @@ change what is trained.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -79,6 +80,20 @@ def profile_in_subprocess(model: Any, batch_size: int, training: bool = True,
                                + proc.stderr[-3000:])
         with open(out_path) as f:
             return json.load(f)["times"]
+
+
+def compute_times_for(model: Any, batch_size: int, training: bool, required: bool
+                      ) -> dict[str, float] | None:
+    """:func:`profile_in_subprocess`, or None with a warning when it cannot be done and
+    the caller can do without (TIC); ``required`` (TAC) re-raises."""
+    try:
+        return profile_in_subprocess(model, batch_size, training=training)
+    except (ValueError, RuntimeError) as e:
+        if required:
+            raise
+        logging.getLogger("tictac").warning(
+            "TicTac: no compute profile (%s); E will not be reported", e)
+        return None
 
 
 def _child(spec_path: str, out_path: str) -> None:

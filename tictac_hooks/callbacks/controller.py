@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.callbacks.steplog import StepLog
-from tictac_hooks.callbacks.tensorboard import PROFILING, SCHEDULED, StepRecord, StepTimeWriter
+from tictac_hooks.callbacks.tensorboard import StepRecord, StepTimeWriter
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -93,11 +93,7 @@ class Controller:
         self.destination_jobs = tuple(destination_jobs)
         self.settings = settings
         self.installs = install
-        self.phase = PROFILING
         self.schedule: Schedule | None = None
-        self.graph: Graph | None = None
-        self.switch_time: float | None = None
-        self.install_results: dict[str, Any] = {}
         self.steplog = StepLog(destination_jobs)
         self._pauses: list[tuple[float, float]] = []
         self._link_rate: float | None = None
@@ -186,18 +182,15 @@ class Controller:
         self._link_rate = bandwidth or self.link_rate()
         algorithm = self.settings.algorithm
         parts = []
-        for worker, graph in graphs.items():
+        for i, graph in enumerate(graphs.values()):
             graph = self._received_only(graph, served, set(late or ()))
-            if compute_times is not None and not parts:
+            if compute_times is not None and i == 0:
                 self.compute_seconds = sum(compute_times.get(op.name, 0.0)
                                            for op in graph.compute_ops)
             if algorithm == "tac":
                 graph = self._timed(graph, compute_times)
-            if algorithm == "none":
-                parts.append((graph, None))
-            else:
+            if algorithm != "none":
                 parts.append((graph, compute_order(graph, algorithm)))
-        self.graph = parts[0][0]
         if algorithm == "none":
             log.info("TicTac: algorithm 'none': profiling only, no schedule installed")
             return None
@@ -206,9 +199,7 @@ class Controller:
             Schedule.merged([sched for _, sched in parts])
         if self.installs:
             self._install(parts)
-        self.phase = SCHEDULED
-        self.switch_time = _time.time()
-        self.mark_pause(pause_start, self.switch_time)
+        self.mark_pause(pause_start, _time.time())
         if self._writer:
             self._writer.text("tictac/switch", f"{algorithm} schedule of {len(self.schedule)} "
                               f"transfers installed on {len(self.ps_addresses)} PS")
@@ -275,8 +266,11 @@ class Controller:
             address = self.ps_addresses[index]
             part = subs[0] if len(subs) == 1 else Schedule.merged(subs)
             with RendezvousClient(address) as client:
-                self.install_results[address] = client.install(
-                    part, skip_after_s=self.settings.skip_timeout)
+                result = client.install(part, skip_after_s=self.settings.skip_timeout)
+            if result.unmatched:
+                log.warning("TicTac: %d scheduled transfers were not served by %s (e.g. %r); "
+                            "that PS enforces the other %d", len(result.unmatched), address,
+                            result.unmatched[0], result.expected)
         log.info("TicTac: %s schedule of %d transfers installed on %d PS",
                  self.settings.algorithm, sum(len(s) for _, s in parts), len(per_channel))
 

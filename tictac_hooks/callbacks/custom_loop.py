@@ -7,14 +7,12 @@ train under it in a custom loop. This object gives such a loop what the callback
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 
-log = logging.getLogger("tictac")
 
 
 class TicTacLoop:
@@ -106,13 +104,9 @@ class TicTacLoop:
             raise TicTacSetupError("the step function has not been traced yet")
         compute_times = None
         if self.model is not None:
-            from tictac_hooks.callbacks.compute_profile import profile_in_subprocess
-            try:
-                compute_times = profile_in_subprocess(self.model, self.batch_size)
-            except (ValueError, RuntimeError) as e:
-                if self.settings.algorithm == "tac":
-                    raise
-                log.warning("TicTac: no compute profile (%s); E will not be reported", e)
+            from tictac_hooks.callbacks.compute_profile import compute_times_for
+            compute_times = compute_times_for(self.model, self.batch_size, training=True,
+                                              required=self.settings.algorithm == "tac")
         elif self.settings.algorithm == "tac":
             raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
                                    "measure compute times; or use algorithm='tic'")

@@ -183,8 +183,10 @@ class _Run:
         compute_times = None
         cb = self.callback
         if cb.measure_compute or self.controller.settings.algorithm == "tac":
-            compute_times = _compute_times(model, functions[-1], self.mode,
-                                           required=self.controller.settings.algorithm == "tac")
+            from tictac_hooks.callbacks.compute_profile import compute_times_for
+            compute_times = compute_times_for(
+                model, _batch_size(functions[-1]), training=self.mode == "train",
+                required=self.controller.settings.algorithm == "tac")
         switch_from_function(self.controller, functions[-1], compute_times, cb.bandwidth)
         self.controller.mark_pause(pause_start, time.time())
 
@@ -198,18 +200,6 @@ def switch_from_function(controller: Controller, concrete: Any,
     # Reads ordered after same-step work (their inputs were dropped) are left unscheduled.
     controller.switch(extraction.graph, compute_times, bandwidth=bandwidth,
                       late=set(extraction.dropped_inputs))
-
-
-def _compute_times(model: Any, concrete: Any, mode: str, required: bool
-                   ) -> dict[str, float] | None:
-    from tictac_hooks.callbacks.compute_profile import profile_in_subprocess
-    try:
-        return profile_in_subprocess(model, _batch_size(concrete), training=mode == "train")
-    except (ValueError, RuntimeError) as e:
-        if required:
-            raise
-        log.warning("TicTac: no compute profile (%s); E will not be reported", e)
-        return None
 
 
 def _batch_size(concrete: Any, default: int = 32) -> int:

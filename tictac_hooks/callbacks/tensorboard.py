@@ -35,8 +35,9 @@ class StepRecord:
 
 def worker_run_name(device: str) -> str:
     """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker_1``."""
-    m = re.search(r"/job:([^/]+)/replica:\d+/task:(\d+)", device)
-    return f"{m.group(1)}_{m.group(2)}" if m else re.sub(r"[^A-Za-z0-9_.-]", "_", device)
+    from tictac_hooks.graph.tf_extract import task_of
+    task = task_of(device)
+    return task.replace(":", "_") if task else re.sub(r"[^A-Za-z0-9_.-]", "_", device)
 
 
 class StepTimeWriter:

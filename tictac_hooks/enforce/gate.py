@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable
 
 from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.tf_extract import sending_node_name
 
 # Ticket.state values.
 PASS = "pass"          # not listed: straight through
@@ -424,20 +425,11 @@ class Gate:
         channel.finished = True
 
 
-def strip_edge_prefix(sending_node: str) -> str:
-    """``edge_74_sequential/d1/MatMul/ReadVariableOp`` -> ``sequential/d1/MatMul/ReadVariableOp``."""
-    if sending_node.startswith("edge_"):
-        head, sep, rest = sending_node[5:].partition("_")
-        if sep and head.isdigit():
-            return rest
-    return sending_node
-
-
 def parse_rendezvous_key(key: str) -> tuple[str, str]:
     """(transfer name, destination device) of a rendezvous key
     ``src;incarnation;dst;edge_<n>_<name>;frame:iter``."""
     parts = key.split(";")
     if len(parts) < 4:
         return key, ""
-    return strip_edge_prefix(parts[3]), parts[2]
+    return sending_node_name(parts[3]), parts[2]
 

@@ -44,7 +44,6 @@ import mmap
 import socket
 import struct
 import threading
-import time
 from typing import Any, Callable
 
 import grpc

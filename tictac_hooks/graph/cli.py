@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
