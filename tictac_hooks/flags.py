@@ -19,6 +19,7 @@ DEFAULTS: dict[str, Any] = {
     "log_dir": None,
     "skip_timeout": 2.0,
     "stats_every": 1,
+    "window_bytes": 256 << 10,
 }
 
 flags.DEFINE_enum(
@@ -38,6 +39,12 @@ flags.DEFINE_float(
     "tictac_skip_timeout", DEFAULTS["skip_timeout"],
     "Seconds a scheduled transfer may be waited for before the rendezvous skips it and "
     "releases the next one (default 2.0; it never waits forever).", lower_bound=0.0)
+flags.DEFINE_integer(
+    "tictac_window_bytes", DEFAULTS["window_bytes"],
+    "Look-ahead window of the rendezvous: a scheduled transfer may be sent to the PS "
+    "before the one ahead of it is answered while at most this many bytes are in flight, "
+    "so runs of small transfers do not each wait one PS round trip (default 262144; 0: "
+    "strictly one at a time).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_stats_every", DEFAULTS["stats_every"],
     "Read step statistics from the parameter servers every N epochs (default 1).",

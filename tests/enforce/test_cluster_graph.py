@@ -88,7 +88,9 @@ def test_order_without_and_with_a_schedule(cluster):
     reads = sorted(steps[-2]["order"])  # a training step's reads (the last read ws)
     assert len(reads) >= len(LAYERS), reads
     wanted = list(reversed(reads))  # an order TensorFlow would not pick by itself
-    install_everywhere(cluster.ps_addresses, Schedule.from_order("test", wanted))
+    # Strict (no look-ahead window): handed back exactly in schedule order.
+    strict = install_everywhere(cluster.ps_addresses, Schedule.from_order("test", wanted),
+                                window_bytes=0)
     train(cluster, False, 8)
     # Steps that read the variables (the initializer's step reads none of them).
     enforced = [s for s in _steps(cluster) if s["schedule_version"] is not None
@@ -98,7 +100,22 @@ def test_order_without_and_with_a_schedule(cluster):
         listed = [n for n in s["order"] if n in wanted]
         skipped = {k["name"] for k in s["skipped"]}
         assert listed == [n for n in wanted if n not in skipped], s
+        assert s["skips"] == 0 and s["violations"] == 0 and s["reordered"] == 0
+    # The default window (these 1 KiB weights all fit in it): sent to the PS in
+    # schedule order, the PS may answer those in flight together in any order.
+    install_everywhere(cluster.ps_addresses, Schedule.from_order("test", wanted))
+    train(cluster, False, 8)
+    windowed = [s for s in _steps(cluster)
+                if s["schedule_version"] not in (None, strict[cluster.ps_addresses[0]].version)
+                and set(s["order"]) & set(wanted)]
+    assert len(windowed) >= 8
+    for s in windowed:
+        sent = sorted((t for t in s["transfers"] if t["name"] in wanted),
+                      key=lambda t: t["release_seq"])
+        assert [t["name"] for t in sent] == wanted, s
         assert s["skips"] == 0 and s["violations"] == 0
+    print(f"default window: {sum(s['reordered'] for s in windowed)} of "
+          f"{len(windowed) * len(wanted)} transfers answered out of schedule order")
 
 
 def test_a_transfer_that_does_not_come_is_skipped_and_training_goes_on(cluster, tmp_path):

@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-worker batch (default: the model's, see workloads.MODELS)")
     p.add_argument("--schedules", default=",".join(SCHEDULES),
                    help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all)")
+    p.add_argument("--window-bytes", type=int, default=None, metavar="BYTES",
+                   help="the rendezvous's look-ahead window (default 262144; 0: scheduled "
+                        "transfers strictly one at a time)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="write the result JSON here")
     p.add_argument("--quick", action="store_true",
@@ -58,6 +61,10 @@ def _bench(args: argparse.Namespace) -> int:
                     batch=args.batch, schedules=[s.strip() for s in args.schedules.split(",")
                                                  if s.strip()],
                     loopback=args.loopback, timeout_s=args.timeout)
+    if args.window_bytes is not None:
+        if args.window_bytes < 0:
+            raise SystemExit(f"tictac bench: --window-bytes must be >= 0, got {args.window_bytes}")
+        settings["window_bytes"] = args.window_bytes
     if args.quick:
         settings.update(QUICK)
     result = run(BenchConfig(**settings))

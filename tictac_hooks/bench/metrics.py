@@ -95,14 +95,17 @@ def efficiency(makespan: float, comp: float, comm: float) -> float | None:
 def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Violations and matched share from rendezvous step records (one per step, worker
     and PS): transfers that broke the installed order (``violations``), their share
-    of all transfers, and the share of transfers the installed schedule named."""
-    transfers = violations = unlisted = skips = 0
+    of all transfers, ``reordered`` (handed back behind a later-listed transfer sent
+    with it in the look-ahead window), and the share of transfers the installed
+    schedule named."""
+    transfers = violations = unlisted = skips = reordered = 0
     scheduled = 0
     for r in records:
         n = len(r.get("order", ()))
         transfers += n
         violations += int(r.get("violations", 0))
         skips += int(r.get("skips", 0))
+        reordered += int(r.get("reordered", 0))
         if r.get("schedule_version") is not None:
             scheduled += n
             unlisted += len(r.get("unlisted", ()))
@@ -111,6 +114,7 @@ def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "violations": violations,
         "violation_pct": 100.0 * violations / transfers if transfers else None,
         "skips": skips,
+        "reordered": reordered,
         "matched": (scheduled - unlisted) / scheduled if scheduled else None,
     }
 

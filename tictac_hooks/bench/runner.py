@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, SCHEDULES
+from tictac_hooks.enforce.gate import DEFAULT_WINDOW_BYTES
 
 DEFAULT_SCHEDULES = SCHEDULES
 WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
@@ -46,6 +47,7 @@ class BenchConfig:
     batch: int | None = None
     schedules: Sequence[str] = DEFAULT_SCHEDULES
     skip_timeout: float = 2.0
+    window_bytes: int = DEFAULT_WINDOW_BYTES
     timeout_s: float = 1800.0
     loopback: bool = False
 
@@ -131,7 +133,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             "schedules": list(config.schedules), "rates": rates, "steps": config.steps,
             "block_steps": config.block_steps, "settle_steps": config.settle_steps,
             "warmup": config.warmup, "profile_steps": config.profile_steps,
-            "skip_timeout": config.skip_timeout, "shaped": shaped,
+            "skip_timeout": config.skip_timeout, "window_bytes": config.window_bytes,
+            "shaped": shaped,
             "out": os.path.join(tmp, "result.json"),
         }
         env = dict(WORKER_ENV)
@@ -142,14 +145,16 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             with netns.ShapedNetwork(hosts, rate=first) as net, LocalCluster(
                     num_ps=config.ps, num_workers=total_workers, rendezvous=True,
                     direct_workers=direct_tasks, network=net, env=env,
-                    skip_after_s=config.skip_timeout) as cluster:
+                    skip_after_s=config.skip_timeout,
+                    window_bytes=config.window_bytes) as cluster:
                 say(f"[bench {config.label}] shaped network: {len(hosts)} namespaces "
                     f"({', '.join(hosts)}), PS {cluster.ps_addresses}")
                 result = _drive(cluster, cfg, tmp, config.timeout_s, net, say)
         else:
             with LocalCluster(num_ps=config.ps, num_workers=total_workers, rendezvous=True,
                               direct_workers=direct_tasks, env=env,
-                              skip_after_s=config.skip_timeout) as cluster:
+                              skip_after_s=config.skip_timeout,
+                              window_bytes=config.window_bytes) as cluster:
                 result = _drive(cluster, cfg, tmp, config.timeout_s, None, say)
     for run_ in result["runs"]:
         run_["rate"] = f"{run_['rate_bits'] / 1e6:.0f}mbit"

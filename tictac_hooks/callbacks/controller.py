@@ -37,20 +37,25 @@ class Settings:
     log_dir: str | None
     skip_timeout: float
     stats_every: int
+    window_bytes: int = tictac_flags.DEFAULTS["window_bytes"]
 
     @classmethod
     def resolve(cls, algorithm: str | None = None, profile_steps: int | None = None,
                 log_dir: str | None = None, skip_timeout: float | None = None,
-                stats_every: int | None = None) -> "Settings":
+                stats_every: int | None = None,
+                window_bytes: int | None = None) -> "Settings":
         s = cls(algorithm=tictac_flags.check_algorithm(tictac_flags.setting("algorithm", algorithm)),
                 profile_steps=int(tictac_flags.setting("profile_steps", profile_steps)),
                 log_dir=tictac_flags.setting("log_dir", log_dir),
                 skip_timeout=float(tictac_flags.setting("skip_timeout", skip_timeout)),
-                stats_every=int(tictac_flags.setting("stats_every", stats_every)))
+                stats_every=int(tictac_flags.setting("stats_every", stats_every)),
+                window_bytes=int(tictac_flags.setting("window_bytes", window_bytes)))
         if s.profile_steps < 1:
             raise ValueError(f"profile_steps must be >= 1, got {s.profile_steps}")
         if s.skip_timeout <= 0:
             raise ValueError(f"skip_timeout must be > 0 seconds, got {s.skip_timeout}")
+        if s.window_bytes < 0:
+            raise ValueError(f"window_bytes must be >= 0, got {s.window_bytes}")
         return s
 
 
@@ -266,7 +271,8 @@ class Controller:
             address = self.ps_addresses[index]
             part = subs[0] if len(subs) == 1 else Schedule.merged(subs)
             with RendezvousClient(address) as client:
-                result = client.install(part, skip_after_s=self.settings.skip_timeout)
+                result = client.install(part, skip_after_s=self.settings.skip_timeout,
+                                        window_bytes=self.settings.window_bytes)
             if result.unmatched:
                 log.warning("TicTac: %d scheduled transfers were not served by %s (e.g. %r); "
                             "that PS enforces the other %d", len(result.unmatched), address,

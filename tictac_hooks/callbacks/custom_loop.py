@@ -26,8 +26,9 @@ class TicTacLoop:
     Args:
       coordinator: the loop's ``tf.distribute.experimental.coordinator.ClusterCoordinator``.
       step_function: the ``tf.function`` the loop schedules.
-      algorithm, profile_steps, log_dir, skip_timeout: as for :class:`tictac_hooks.TicTac`
-        (defaults from the ``--tictac_*`` flags when parsed, else tic / 5 / None / 2.0).
+      algorithm, profile_steps, log_dir, skip_timeout, window_bytes: as for
+        :class:`tictac_hooks.TicTac` (defaults from the ``--tictac_*`` flags when parsed,
+        else tic / 5 / None / 2.0 / 262144).
       model: the Keras model, needed for TAC's compute profile (rebuilt from its config
         in a child process) and for the per-step efficiency E; optional for TIC.
       batch_size: per-worker batch size for that profile (default 32).
@@ -47,7 +48,8 @@ class TicTacLoop:
     def __init__(self, coordinator: Any, step_function: Any, algorithm: str | None = None,
                  profile_steps: int | None = None, log_dir: str | None = None,
                  skip_timeout: float | None = None, model: Any = None,
-                 batch_size: int = 32, bandwidth: float | None = None) -> None:
+                 batch_size: int = 32, bandwidth: float | None = None,
+                 window_bytes: int | None = None) -> None:
         if not hasattr(step_function, "_list_all_concrete_functions"):
             raise TicTacSetupError(
                 "step_function must be the tf.function the loop passes to "
@@ -57,7 +59,8 @@ class TicTacLoop:
         self.model = model
         self.batch_size = batch_size
         self.bandwidth = bandwidth
-        self.settings = Settings.resolve(algorithm, profile_steps, log_dir, skip_timeout)
+        self.settings = Settings.resolve(algorithm, profile_steps, log_dir, skip_timeout,
+                                         window_bytes=window_bytes)
         self.controller: Controller | None = None
         self.summary: dict[str, Any] | None = None
         self.steps = 0

@@ -49,6 +49,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         ``--tictac_log_dir``).
       skip_timeout: seconds a PS waits for a scheduled transfer before releasing the
         next one (default 2.0, ``--tictac_skip_timeout``); training never hangs.
+      window_bytes: the rendezvous's look-ahead window: scheduled transfers may be
+        sent to the PS ahead of their turn while at most this many bytes are in flight
+        (default 262144, ``--tictac_window_bytes``; 0: strictly one at a time).
       bandwidth: link rate in bytes/s for TAC's transfer times (default: measured
         from the profiled steps).
       measure_compute: profile per-op compute times (in a child process) for TAC and
@@ -67,8 +70,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def __init__(self, algorithm: str | None = None, profile_steps: int | None = None,
                  log_dir: str | None = None, skip_timeout: float | None = None,
                  bandwidth: float | None = None, measure_compute: bool = True,
-                 stats_every: int | None = None) -> None:
+                 stats_every: int | None = None, window_bytes: int | None = None) -> None:
         super().__init__()
+        self.window_bytes = window_bytes
         self.algorithm = algorithm
         self.profile_steps = profile_steps
         self.log_dir = log_dir
@@ -133,7 +137,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     # --- runs ------------------------------------------------------------------------------
     def _begin(self, mode: str) -> None:
         settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
-                                    self.skip_timeout, self.stats_every)
+                                    self.skip_timeout, self.stats_every,
+                                    self.window_bytes)
         if settings.log_dir and mode != "train":
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers).

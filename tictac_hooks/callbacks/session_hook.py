@@ -41,6 +41,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
       log_dir: TensorBoard step-time summaries and the transfer timeline
         (``--tictac_log_dir``; default: nothing written).
       skip_timeout: the rendezvous's wait bound per transfer (``--tictac_skip_timeout``).
+      window_bytes: the rendezvous's look-ahead window (``--tictac_window_bytes``; see
+        :class:`tictac_hooks.TicTac`).
       cluster_spec: dict or ``tf.train.ClusterSpec`` naming the PS tasks (default: the
         ``cluster`` of ``TF_CONFIG``).
       workers: the worker tasks this client drives, e.g. ``["worker:0"]`` (default:
@@ -64,8 +66,9 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                  log_dir: str | None = None, skip_timeout: float | None = None,
                  cluster_spec: Any = None, workers: Sequence[str] | None = None,
                  is_chief: bool | None = None, bandwidth: float | None = None,
-                 poll_every: int = 50) -> None:
+                 poll_every: int = 50, window_bytes: int | None = None) -> None:
         self.algorithm = algorithm
+        self.window_bytes = window_bytes
         self.profile_steps = profile_steps
         self.log_dir = log_dir
         self.skip_timeout = skip_timeout
@@ -82,7 +85,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
     # --- hook methods -----------------------------------------------------------------------
     def begin(self) -> None:
         settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
-                                    self.skip_timeout)
+                                    self.skip_timeout, window_bytes=self.window_bytes)
         spec = self.cluster_spec if self.cluster_spec is not None else _tf_config()["cluster"]
         self.controller = Controller(ps_addresses_from_cluster_spec(spec), settings,
                                      install=self._chief())

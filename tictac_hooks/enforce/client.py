@@ -69,12 +69,16 @@ class RendezvousClient:
     def ping(self) -> bool:
         return bool(self._call("Ping").get("ok"))
 
-    def install(self, schedule: Schedule, skip_after_s: float | None = None) -> InstallResult:
+    def install(self, schedule: Schedule, skip_after_s: float | None = None,
+                window_bytes: int | None = None) -> InstallResult:
         """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
-        also sets how long the PS waits for a scheduled transfer before skipping it."""
+        also sets how long the PS waits for a scheduled transfer before skipping it,
+        ``window_bytes`` the gate's look-ahead window (0: strictly one at a time)."""
         body: dict[str, Any] = {"schedule": schedule.to_json()}
         if skip_after_s is not None:
             body["skip_after_s"] = skip_after_s
+        if window_bytes is not None:
+            body["window_bytes"] = window_bytes
         r = self._call("Install", body)
         return InstallResult(r["version"], r["transfers"], r["expected"],
                              tuple(r["unmatched"]), r["served"])
@@ -96,14 +100,16 @@ class RendezvousClient:
 
 
 def install_everywhere(addresses: Sequence[str], schedule: Schedule,
-                       timeout_s: float = 10.0) -> dict[str, InstallResult]:
-    """Installs ``schedule`` on every PS. Raises ScheduleError when the PSes have served
-    transfers and none of them matches any scheduled name (a schedule for another
-    model?)."""
+                       timeout_s: float = 10.0, skip_after_s: float | None = None,
+                       window_bytes: int | None = None) -> dict[str, InstallResult]:
+    """Installs ``schedule`` on every PS (with :meth:`RendezvousClient.install`'s
+    settings). Raises ScheduleError when the PSes have served transfers and none of them
+    matches any scheduled name (a schedule for another model?)."""
     results = {}
     for address in addresses:
         with RendezvousClient(address, timeout_s) as client:
-            results[address] = client.install(schedule)
+            results[address] = client.install(schedule, skip_after_s=skip_after_s,
+                                              window_bytes=window_bytes)
     check_matches(schedule, results.values())
     return results
 

@@ -11,6 +11,18 @@ skipped in ``presume_absent_after`` consecutive steps is skipped at once from th
 not one per step. Unlisted transfers pass straight through. State per step is freed:
 at most ``max_active_steps`` steps are tracked, and ``history`` finished (step, worker)
 records are kept for stats.
+
+Look-ahead window (``window_bytes``): the counter advances when the PS hands a response
+back, which here is when its HEADERS come back through the rendezvous, one PS round trip
+after the request was forwarded. The paper's counter lives inside the PS and advances
+without that round trip, so a run of small transfers (biases, batch-norm parameters)
+would leave the link idle for one round trip each. A listed transfer may therefore also
+go when every transfer before it in the order has gone (released or skipped) and the
+bytes released but not yet handed back, its own included, stay within ``window_bytes``
+(sizes are learned from earlier steps; a transfer of unknown size never goes early). The
+PS then answers up to a window of transfers back to back; their hand-back order may
+differ from the schedule's only among those in flight together (``reordered`` in the
+stats). ``window_bytes=0`` gives the strict one-at-a-time order.
 """
 
 from __future__ import annotations
@@ -32,6 +44,8 @@ LISTED = "listed"      # listed and expected here: waits for its turn
 LATE = "late"          # listed, but its slot was already skipped: straight through
 UNEXPECTED = "unexpected"  # listed, but not a transfer this PS served when installed
 DUPLICATE = "duplicate"    # a second transfer of the same name in one step
+
+DEFAULT_WINDOW_BYTES = 256 << 10  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +113,8 @@ class Ticket:
     """One RecvTensor going through the gate."""
 
     __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
-                 "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel")
+                 "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel",
+                 "charge", "rseq")
 
     def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
         self.step_id = step_id
@@ -115,6 +130,8 @@ class Ticket:
         self.nbytes = 0
         self.error = ""
         self.channel: _Channel | None = None
+        self.charge = 0  # bytes it counts against the window while in flight
+        self.rseq = -1   # release order among listed transfers (gate-wide sequence)
 
     def __lt__(self, other: "Ticket") -> bool:
         return (self.priority, self.seq) < (other.priority, other.seq)
@@ -124,7 +141,8 @@ class _Channel:
     """The counter and records of one (step_id, destination device)."""
 
     __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
-                 "arrived", "handed", "skipped", "timer", "t_first", "finished")
+                 "arrived", "handed", "skipped", "timer", "t_first", "finished",
+                 "released", "rcursor", "inflight")
 
     def __init__(self, step_id: int, dest: str, installed: _Installed | None) -> None:
         self.step_id = step_id
@@ -140,6 +158,17 @@ class _Channel:
         self.timer: asyncio.TimerHandle | None = None
         self.t_first = 0.0
         self.finished = False
+        self.released: set[str] = set()    # listed names forwarded to the PS
+        self.rcursor = 0                   # into names_by_priority: first not gone
+        self.inflight = 0                  # window bytes released, not handed back
+
+    def gone_prefix(self) -> int:
+        """How many transfers, in priority order, have gone (released or skipped)."""
+        names = self.installed.names_by_priority if self.installed else ()
+        while self.rcursor < len(names) and (names[self.rcursor] in self.released
+                                             or names[self.rcursor] in self.done):
+            self.rcursor += 1
+        return self.rcursor
 
     def next_missing(self) -> str | None:
         """The expected transfer with the smallest priority not yet handed back/skipped."""
@@ -161,6 +190,7 @@ class _Channel:
             "transfers": [
                 {"name": t.name, "state": t.state, "priority": t.priority,
                  "bytes": t.nbytes, "arrive": t.t_arrive, "release": t.t_release,
+                 "release_seq": t.rseq,
                  "handback": t.t_handback, **({"error": t.error} if t.error else {})}
                 for t in handed],
             "bytes": sum(t.nbytes for t in handed),
@@ -169,6 +199,7 @@ class _Channel:
             "skipped": [{"name": n, "reason": r, "time": tm} for n, r, tm in self.skipped],
             "skips": len(self.skipped),
             "violations": sum(1 for t in handed if t.state in (LATE, UNEXPECTED)),
+            "reordered": _reordered(handed),
             "unlisted": [t.name for t in handed if t.state == PASS and t.name not in listed],
         }
 
@@ -179,6 +210,8 @@ class Gate:
     Args:
       skip_after_s: how long the counter may stand still, while a later transfer waits,
         before the transfer it waits for is skipped (default 0.5 s).
+      window_bytes: the look-ahead window (see the module docstring; default
+        ``DEFAULT_WINDOW_BYTES``, 0 for strictly one transfer at a time).
       presume_absent_after: after this many consecutive steps in which a transfer was
         skipped for not coming, skip it at once (default 2; 0 turns this off).
       max_active_steps: steps tracked at once; older ones are finished (default 64).
@@ -187,13 +220,15 @@ class Gate:
       clock: wall clock for the records (default time.time).
     """
 
-    def __init__(self, skip_after_s: float = 0.5, presume_absent_after: int = 2,
+    def __init__(self, skip_after_s: float = 0.5, window_bytes: int = DEFAULT_WINDOW_BYTES,
+                 presume_absent_after: int = 2,
                  max_active_steps: int = 64, history: int = 256,
                  max_served_names: int = 100_000,
                  clock: Callable[[], float] = time.time) -> None:
         if skip_after_s <= 0:
             raise ValueError(f"skip_after_s must be > 0, got {skip_after_s}")
         self.skip_after_s = skip_after_s
+        self.window_bytes = check_window(window_bytes)
         self.presume_absent_after = presume_absent_after
         self.max_active_steps = max_active_steps
         self.max_served_names = max_served_names
@@ -209,6 +244,7 @@ class Gate:
         self._views: dict[tuple[int, str], _Installed] = {}
         self._served_at_install: dict[str, set[str]] = {}
         self._absent_streak: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}   # response bytes per transfer name, last seen
         self.totals = collections.Counter()
 
     # -- schedules -------------------------------------------------------------------
@@ -268,14 +304,26 @@ class Gate:
         """The request is complete. Returns None if it may be forwarded to the PS now,
         else a future that is done when it may (its turn, or a skip)."""
         channel = ticket.channel
-        if ticket.state != LISTED or ticket.priority <= channel.counter:
+        if ticket.state != LISTED:
             ticket.t_release = self.clock()
+            return None
+        if ticket.priority <= channel.counter:
+            self._mark_released(channel, ticket)
+            if channel.waiters:
+                self._pump(channel)  # the window may let later ones go with it
             return None
         ticket.seq = next(self._seq)
         ticket.future = asyncio.get_running_loop().create_future()
         heapq.heappush(channel.waiters, ticket)
         self._pump(channel)
-        return ticket.future
+        return None if ticket.future.done() else ticket.future
+
+    def completed(self, ticket: Ticket) -> None:
+        """The response ended (its last frame passed): remembers the transfer's size for
+        the window."""
+        if ticket.state == LISTED and ticket.nbytes and (
+                ticket.name in self._sizes or len(self._sizes) < self.max_served_names):
+            self._sizes[ticket.name] = ticket.nbytes
 
     def handed_back(self, ticket: Ticket, error: str = "") -> None:
         """The PS handed the response to gRPC (its first HEADERS frame went out): the
@@ -285,6 +333,8 @@ class Gate:
         channel = ticket.channel
         if ticket.state == LISTED and ticket.name in channel.done:
             ticket.state = LATE  # skipped while it was on its way
+        channel.inflight -= ticket.charge
+        ticket.charge = 0
         self._release(channel, ticket)
         self._pump(channel)
 
@@ -296,6 +346,8 @@ class Gate:
         if ticket in channel.waiters:
             channel.waiters.remove(ticket)
             heapq.heapify(channel.waiters)
+        channel.inflight -= ticket.charge
+        ticket.charge = 0
         if ticket.state == LISTED and ticket.name not in channel.done:
             self._skip(channel, ticket.name, "cancelled")
             self._pump(channel)
@@ -313,6 +365,7 @@ class Gate:
         return {"schedule_version": self.schedule_version,
                 "algorithm": self._installed.algorithm if self._installed else None,
                 "expected": self._installed.size if self._installed else 0,
+                "window_bytes": self.window_bytes,
                 "active_steps": len(self._steps), "history": len(self._history),
                 "served_names": len(self._served), "totals": dict(self.totals)}
 
@@ -352,6 +405,23 @@ class Gate:
                 self._served_at_install.get(dest, set()))
         return view
 
+    def _mark_released(self, channel: _Channel, ticket: Ticket) -> None:
+        """Bookkeeping for a listed ticket forwarded to the PS."""
+        ticket.t_release = self.clock()
+        ticket.rseq = next(self._seq)
+        channel.released.add(ticket.name)
+        # Unknown size: counts as a full window, so nothing goes early beside it.
+        ticket.charge = self._sizes.get(ticket.name, self.window_bytes)
+        channel.inflight += ticket.charge
+
+    def _early(self, channel: _Channel, ticket: Ticket) -> bool:
+        """May ``ticket`` go before its turn (the look-ahead window)?"""
+        if not self.window_bytes:
+            return False
+        size = self._sizes.get(ticket.name)
+        return (size is not None and channel.inflight + size <= self.window_bytes
+                and channel.gone_prefix() >= ticket.priority)
+
     def _release(self, channel: _Channel, ticket: Ticket) -> None:
         if ticket.state == LISTED and ticket.name not in channel.done:
             channel.done.add(ticket.name)
@@ -372,9 +442,10 @@ class Gate:
         """Hands back every waiter whose turn has come; skips presumed-absent blockers."""
         before = channel.counter
         while True:
-            while channel.waiters and channel.waiters[0].priority <= channel.counter:
+            while channel.waiters and (channel.waiters[0].priority <= channel.counter
+                                       or self._early(channel, channel.waiters[0])):
                 ticket = heapq.heappop(channel.waiters)
-                ticket.t_release = self.clock()
+                self._mark_released(channel, ticket)
                 if not ticket.future.done():
                     ticket.future.set_result(None)
             if not channel.waiters or not self.presume_absent_after:
@@ -423,6 +494,23 @@ class Gate:
                 ticket.future.set_result(None)
         self._history.append(channel.record())
         channel.finished = True
+
+
+def _reordered(handed: list[Ticket]) -> int:
+    """Listed transfers handed back after one with a larger priority (look-ahead window)."""
+    n, highest = 0, -1
+    for t in handed:
+        if t.state == LISTED:
+            if t.priority < highest:
+                n += 1
+            highest = max(highest, t.priority)
+    return n
+
+
+def check_window(window_bytes: Any) -> int:
+    if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or window_bytes < 0:
+        raise ValueError(f"window_bytes must be an integer >= 0, got {window_bytes!r}")
+    return window_bytes
 
 
 def parse_rendezvous_key(key: str) -> tuple[str, str]:

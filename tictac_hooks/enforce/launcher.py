@@ -127,6 +127,7 @@ class LocalCluster:
       chief: add a "chief" job with one address (for ParameterServerStrategy
         coordinators, which run in the caller's process or a client process).
       skip_after_s: the rendezvous's skip bound (default: the Gate default).
+      window_bytes: the rendezvous's look-ahead window (default: the Gate default).
       start_timeout_s: how long to wait for every task to answer (default 120).
       env: extra environment for the children.
       log_dir: where each task's stdout/stderr goes (default: a temporary directory).
@@ -146,7 +147,8 @@ class LocalCluster:
 
     def __init__(self, num_ps: int = 1, num_workers: int = 1,
                  rendezvous: bool | Sequence[bool] = True, chief: bool = False,
-                 skip_after_s: float | None = None, start_timeout_s: float = 120.0,
+                 skip_after_s: float | None = None, window_bytes: int | None = None,
+                 start_timeout_s: float = 120.0,
                  env: Mapping[str, str] | None = None, log_dir: str | None = None,
                  direct_workers: Sequence[int] = (),
                  network: "ShapedNetwork | None" = None) -> None:
@@ -174,6 +176,7 @@ class LocalCluster:
                 for i, (rv, addr) in enumerate(zip(self.rendezvous, self.spec["ps"]))]
         self.direct_workers = set(direct_workers)
         self.skip_after_s = skip_after_s
+        self.window_bytes = window_bytes
         self.start_timeout_s = start_timeout_s
         self.env = dict(env or {})
         self._own_log_dir = log_dir is None
@@ -251,6 +254,8 @@ class LocalCluster:
                     args += ["--bind-host", self.network.address(self.host("ps", i))]
                 if self.skip_after_s is not None:
                     args += ["--skip-after", str(self.skip_after_s)]
+                if self.window_bytes is not None:
+                    args += ["--window-bytes", str(self.window_bytes)]
             else:
                 args += ["--no-rendezvous"]
             self._start_task("ps", i, args)

@@ -1,0 +1,119 @@
+"""The gate's look-ahead window: small scheduled transfers go to the PS back to back,
+in schedule order, instead of one PS round trip each; large ones still go alone."""
+
+import asyncio
+
+import pytest
+
+from tictac_hooks.enforce.gate import Gate, check_window
+from tictac_hooks.graph.schedule import Schedule
+
+DEST = "/job:worker/replica:0/task:0/device:CPU:0"
+SIZES = {"a": 10, "b": 10, "c": 10, "big": 1000, "d": 10}
+ORDER = ["a", "b", "c", "big", "d"]
+
+
+def _learn_sizes(gate, step=1):
+    """One strict step in which every response completes with its size."""
+    for name in ORDER:
+        t = gate.arrive(step, DEST, name)
+        assert gate.request(t) is None
+        gate.handed_back(t)
+        t.nbytes = SIZES[name]
+        gate.completed(t)
+
+
+def _arrive_all(gate, step, names):
+    tickets, futures = {}, {}
+    for name in names:
+        tickets[name] = t = gate.arrive(step, DEST, name)
+        futures[name] = gate.request(t)
+    return tickets, futures
+
+
+def _released(futures):
+    return {n for n, f in futures.items() if f is None or f.done()}
+
+
+def test_small_transfers_go_together_in_order_large_ones_alone():
+    async def main():
+        gate = Gate(skip_after_s=5.0, window_bytes=100)
+        gate.install(Schedule.from_order("test", ORDER))
+        _learn_sizes(gate)
+        tickets, futures = _arrive_all(gate, 2, list(reversed(ORDER)))
+        await asyncio.sleep(0)
+        # a, b and c (30 bytes) are all with the PS before any of them is answered;
+        # big (1000 > window) waits for its turn, and d waits behind big.
+        assert _released(futures) == {"a", "b", "c"}
+        for name in ("c", "b", "a"):  # the PS answers them in reverse
+            gate.handed_back(tickets[name])
+        await asyncio.sleep(0)
+        assert _released(futures) == {"a", "b", "c", "big"}
+        gate.handed_back(tickets["big"])  # d (10) fits, but not beside big in flight
+        await asyncio.sleep(0)
+        assert _released(futures) == set(ORDER)
+        gate.handed_back(tickets["d"])
+        rec = gate.records()[-1]
+        assert rec["order"] == ["c", "b", "a", "big", "d"]
+        assert rec["reordered"] == 2 and rec["violations"] == 0 and rec["skips"] == 0
+        released = sorted(rec["transfers"], key=lambda t: t["release_seq"])
+        assert [t["name"] for t in released] == ORDER  # sent to the PS in schedule order
+        assert rec["complete"]
+    asyncio.run(main())
+
+
+def test_window_never_skips_ahead_of_a_transfer_that_has_not_arrived():
+    async def main():
+        gate = Gate(skip_after_s=5.0, window_bytes=100)
+        gate.install(Schedule.from_order("test", ORDER))
+        _learn_sizes(gate)
+        tickets, futures = _arrive_all(gate, 2, ["b", "c"])  # a not requested yet
+        await asyncio.sleep(0)
+        assert _released(futures) == set()
+        more, more_futures = _arrive_all(gate, 2, ["a"])
+        futures.update(more_futures)
+        await asyncio.sleep(0)
+        assert _released(futures) == {"a", "b", "c"}
+    asyncio.run(main())
+
+
+def test_zero_window_and_unknown_sizes_are_strict():
+    async def main():
+        for window, learn in ((0, True), (100, False)):
+            gate = Gate(skip_after_s=5.0, window_bytes=window)
+            gate.install(Schedule.from_order("test", ORDER))
+            if learn:
+                _learn_sizes(gate)
+            tickets, futures = _arrive_all(gate, 2, list(reversed(ORDER)))
+            await asyncio.sleep(0)
+            assert _released(futures) == {"a"}, (window, learn)
+            for i, name in enumerate(ORDER):
+                gate.handed_back(tickets[name])
+                await asyncio.sleep(0)
+                assert _released(futures) == set(ORDER[:i + 2]), (window, learn)
+            rec = gate.records()[-1]
+            assert rec["order"] == ORDER and rec["reordered"] == 0
+    asyncio.run(main())
+
+
+def test_window_shrinks_as_answers_come_back():
+    async def main():
+        gate = Gate(skip_after_s=5.0, window_bytes=25)  # two small ones at a time
+        gate.install(Schedule.from_order("test", ORDER))
+        _learn_sizes(gate)
+        tickets, futures = _arrive_all(gate, 2, ORDER)
+        await asyncio.sleep(0)
+        assert _released(futures) == {"a", "b"}
+        gate.handed_back(tickets["a"])
+        await asyncio.sleep(0)
+        assert _released(futures) == {"a", "b", "c"}
+        assert gate.summary()["window_bytes"] == 25
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "1", True, None])
+def test_bad_window_is_rejected(bad):
+    with pytest.raises(ValueError, match="window_bytes"):
+        check_window(bad)
+    with pytest.raises(ValueError, match="window_bytes"):
+        Gate(window_bytes=bad)
