@@ -70,6 +70,8 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster(args: argparse.Namespace) -> tuple[dict, str, int]:
+    """(cluster spec, job, task index) from --cluster-spec or TF_CONFIG, checked before
+    TensorFlow is imported: a wrong spec fails fast, with a message, not a traceback."""
     from tictac_hooks.enforce.server import cluster_from_tf_config
 
     if args.cluster_spec is not None:
@@ -83,21 +85,40 @@ def _cluster(args: argparse.Namespace) -> tuple[dict, str, int]:
             raise ValueError(f"--cluster-spec is not valid JSON: {e}") from None
         if not isinstance(spec, dict) or args.job not in spec:
             raise ValueError(f"--cluster-spec has no job {args.job!r}: {spec!r}")
-        return spec, args.job, args.task_index or 0
-    spec, job, index = cluster_from_tf_config(args.tf_config or None)
-    if job != args.job:
-        raise ValueError(f"TF_CONFIG says this task is {job!r}, not {args.job!r}")
-    return spec, job, index if args.task_index is None else args.task_index
+        job, index = args.job, args.task_index or 0
+    else:
+        spec, job, index = cluster_from_tf_config(args.tf_config or None)
+        if job != args.job:
+            hint = ("start PS tasks with `tictac ps --tf-config`" if job == "ps" else
+                    f"start this task with `tictac server --tf-config --job {job}`")
+            raise ValueError(f"TF_CONFIG says this task is {job!r}, not {args.job!r}; "
+                             f"{hint}, or fix TF_CONFIG's task.type")
+        if args.task_index is not None:
+            index = args.task_index
+    tasks = spec.get(job)
+    if isinstance(tasks, dict):  # sparse job {index: address}; JSON keys are strings
+        try:
+            tasks = spec[job] = {int(k): v for k, v in tasks.items()}
+        except ValueError:
+            tasks = {}
+        known = index in tasks
+    else:
+        known = isinstance(tasks, (list, tuple)) and 0 <= index < len(tasks)
+    if not known:
+        raise ValueError(f"the cluster spec has no task {job}:{index}: {spec!r}; fix the "
+                         "task index or the cluster")
+    return spec, job, index
 
 
 def _ps(args: argparse.Namespace) -> int:
+    spec, job, index = _cluster(args)
+
     import tensorflow as tf
 
     from tictac_hooks.enforce.gate import Gate
     from tictac_hooks.enforce.server import TicTacServer
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    spec, job, index = _cluster(args)
     if args.no_rendezvous:
         server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job,
                                       task_index=index, protocol="grpc")
@@ -115,9 +136,10 @@ def _ps(args: argparse.Namespace) -> int:
 
 
 def _server(args: argparse.Namespace) -> int:
+    spec, job, index = _cluster(args)
+
     import tensorflow as tf
 
-    spec, job, index = _cluster(args)
     server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job,
                                   task_index=index, protocol="grpc")
     print(f"tictac server: {job}:{index} on {spec[job][index]}", flush=True)

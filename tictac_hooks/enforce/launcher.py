@@ -33,8 +33,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from tictac_hooks.enforce.server import free_port
@@ -56,6 +58,44 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+_spawner: threading.Thread | None = None
+_spawner_lock = threading.Lock()
+_spawn_requests: "list[tuple[Any, Future]]" = []
+_spawn_ready = threading.Condition(_spawner_lock)
+
+
+def _spawn_loop() -> None:
+    while True:
+        with _spawn_ready:
+            _spawn_ready.wait_for(lambda: _spawn_requests)
+            fn, future = _spawn_requests.pop(0)
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            future.set_exception(e)
+
+
+def _fork(fn: Any) -> Any:
+    """Runs ``fn`` (which starts children with ``_die_with_parent``) on a thread that
+    lives as long as this process. ``PR_SET_PDEATHSIG`` fires when the *thread* that
+    forked a child exits, not the process: a cluster started from a short-lived thread
+    (an executor, a fixture's helper thread) would lose its processes with that thread.
+    The main thread lives as long as the process; other threads hand the fork to one
+    daemon thread."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    future: Future = Future()
+    with _spawn_ready:
+        if _spawner is None or not _spawner.is_alive():
+            _spawner = threading.Thread(target=_spawn_loop, name="tictac-spawner",
+                                        daemon=True)
+            _spawner.start()
+        _spawn_requests.append((fn, future))
+        _spawn_ready.notify()
+    return future.result()
 
 
 def _kill_all_live() -> None:
@@ -285,8 +325,8 @@ class LocalCluster:
         popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                      env=self.child_env(), preexec_fn=_die_with_parent)
         host = self.host(job, index) if self.network is not None else None
-        proc = (self.network.run(host, argv, **popen) if host is not None
-                else subprocess.Popen(argv, **popen))
+        proc = _fork(lambda: self.network.run(host, argv, **popen) if host is not None
+                     else subprocess.Popen(argv, **popen))
         log.close()
         private = self.ps_private_addresses[index] if job == "ps" else None
         task = Task(job, index, self.spec[job][index], proc, log_path, private, host)
@@ -297,7 +337,7 @@ class LocalCluster:
         """Starts another process (a client) that is torn down with the cluster."""
         popen.setdefault("env", self.child_env())
         popen.setdefault("preexec_fn", _die_with_parent)
-        proc = subprocess.Popen(list(argv), **popen)
+        proc = _fork(lambda: subprocess.Popen(list(argv), **popen))
         self._extra.append(proc)
         return proc
 
@@ -309,7 +349,7 @@ class LocalCluster:
             return self.spawn(argv, **popen)
         popen.setdefault("env", self.child_env())
         popen.setdefault("preexec_fn", _die_with_parent)
-        proc = self.network.run(host, list(argv), **popen)
+        proc = _fork(lambda: self.network.run(host, list(argv), **popen))
         self._extra.append(proc)
         return proc
 
