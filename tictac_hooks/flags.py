@@ -19,7 +19,7 @@ DEFAULTS: dict[str, Any] = {
     "log_dir": None,
     "skip_timeout": 2.0,
     "stats_every": 1,
-    "window_bytes": 256 << 10,
+    "window_bytes": 1 << 20,
 }
 
 flags.DEFINE_enum(
@@ -43,7 +43,7 @@ flags.DEFINE_integer(
     "tictac_window_bytes", DEFAULTS["window_bytes"],
     "Look-ahead window of the rendezvous: a scheduled transfer may be sent to the PS "
     "before the one ahead of it is answered while at most this many bytes are in flight, "
-    "so runs of small transfers do not each wait one PS round trip (default 262144; 0: "
+    "so runs of small transfers do not each wait one PS round trip (default 1048576; 0: "
     "strictly one at a time).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_stats_every", DEFAULTS["stats_every"],

@@ -117,3 +117,9 @@ def test_bad_window_is_rejected(bad):
         check_window(bad)
     with pytest.raises(ValueError, match="window_bytes"):
         Gate(window_bytes=bad)
+
+
+def test_flag_default_is_the_gate_default():
+    from tictac_hooks import flags
+    from tictac_hooks.enforce.gate import DEFAULT_WINDOW_BYTES
+    assert flags.DEFAULTS["window_bytes"] == DEFAULT_WINDOW_BYTES == Gate().window_bytes

@@ -465,3 +465,24 @@ def test_a_release_never_lands_inside_another_streams_frame(upstream):
         assert _h(got, DATA, 1)[0][3] == recv_request(3, "b")
     finally:
         rv.stop()
+
+
+def test_request_paths_cache_follows_the_hpack_table():
+    """Indexed-only header blocks are cached, but a block that changes the table (a new
+    literal shifts the dynamic entries) invalidates them: the same bytes may then mean
+    another path."""
+    from tictac_hooks.enforce.rendezvous import RequestPaths, _only_indexed
+
+    enc, paths = Encoder(), RequestPaths()
+    first = enc.encode([(":method", "POST"), (":path", "/a")])
+    assert not _only_indexed(first) and paths.path(first) == b"/a"
+    again = enc.encode([(":method", "POST"), (":path", "/a")])
+    assert _only_indexed(again) and paths.path(again) == b"/a"
+    assert paths.cache == {again: b"/a"} and paths.path(again) == b"/a"
+    new = enc.encode([(":method", "POST"), (":path", "/b")])  # inserts /b at index 62
+    assert paths.path(new) == b"/b" and paths.cache == {}
+    same_bytes = enc.encode([(":method", "POST"), (":path", "/b")])
+    assert same_bytes == again  # index 62 now names /b
+    assert paths.path(same_bytes) == b"/b"
+    # a multi-byte index (>= 127) is still "indexed only"
+    assert _only_indexed(bytes([0xFF, 0x81, 0x01])) and not _only_indexed(bytes([0xFF, 0x01, 0x40]))

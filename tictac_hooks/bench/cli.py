@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schedules", default=",".join(SCHEDULES),
                    help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all)")
     p.add_argument("--window-bytes", type=int, default=None, metavar="BYTES",
-                   help="the rendezvous's look-ahead window (default 262144; 0: scheduled "
+                   help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
                    help="write the result JSON here")

@@ -28,7 +28,7 @@ class TicTacLoop:
       step_function: the ``tf.function`` the loop schedules.
       algorithm, profile_steps, log_dir, skip_timeout, window_bytes: as for
         :class:`tictac_hooks.TicTac` (defaults from the ``--tictac_*`` flags when parsed,
-        else tic / 5 / None / 2.0 / 262144).
+        else tic / 5 / None / 2.0 / 1048576).
       model: the Keras model, needed for TAC's compute profile (rebuilt from its config
         in a child process) and for the per-step efficiency E; optional for TIC.
       batch_size: per-worker batch size for that profile (default 32).

@@ -51,7 +51,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         next one (default 2.0, ``--tictac_skip_timeout``); training never hangs.
       window_bytes: the rendezvous's look-ahead window: scheduled transfers may be
         sent to the PS ahead of their turn while at most this many bytes are in flight
-        (default 262144, ``--tictac_window_bytes``; 0: strictly one at a time).
+        (default 1048576, ``--tictac_window_bytes``; 0: strictly one at a time).
       bandwidth: link rate in bytes/s for TAC's transfer times (default: measured
         from the profiled steps).
       measure_compute: profile per-op compute times (in a child process) for TAC and

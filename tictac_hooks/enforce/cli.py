@@ -11,6 +11,16 @@ import sys
 from tictac_hooks.graph.schedule import Schedule
 
 
+def _window(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number of bytes >= 0, got {text!r}")
+    return value
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "ps", help="run a PS task behind the TicTac rendezvous",
@@ -25,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-after", type=float, default=0.5, metavar="SECONDS",
                    help="skip a scheduled transfer that has not come this long after the "
                         "last hand-back while later ones wait (default 0.5)")
+    p.add_argument("--window-bytes", type=_window, default=None, metavar="BYTES",
+                   help="look-ahead window: a scheduled transfer may go before the one "
+                        "ahead of it is answered while at most this many bytes are in "
+                        "flight (default 1048576; 0: strictly one at a time)")
     p.add_argument("--no-rendezvous", action="store_true",
                    help="run a plain TensorFlow server on the cluster-spec address")
     p.set_defaults(func=_ps, job="ps")
@@ -54,6 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "install":
             q.add_argument("order", metavar="ORDER.json",
                            help="order JSON {algorithm, order, priority} or name<TAB>priority lines")
+            q.add_argument("--skip-after", type=float, default=None, metavar="SECONDS",
+                           help="the PS's skip bound for this schedule (default: as started)")
+            q.add_argument("--window-bytes", type=_window, default=None, metavar="BYTES",
+                           help="the look-ahead window (default: as started; 0: strict)")
         if name == "trace":
             q.add_argument("--output", "-o", required=True, metavar="TRACE.json")
         q.set_defaults(func=func)
@@ -128,7 +146,9 @@ def _ps(args: argparse.Namespace) -> int:
         return 0
     server = TicTacServer(spec, job_name=job, task_index=index,
                           private_port=args.private_port, bind_host=args.bind_host,
-                          gate=Gate(skip_after_s=args.skip_after))
+                          gate=Gate(skip_after_s=args.skip_after, **(
+                              {} if args.window_bytes is None
+                              else {"window_bytes": args.window_bytes})))
     print(f"tictac ps: {job}:{index} rendezvous on {server.rendezvous.address}, "
           f"TensorFlow server on {server.private_address}", flush=True)
     server.join()
@@ -151,7 +171,9 @@ def _install(args: argparse.Namespace) -> int:
     from tictac_hooks.enforce.client import install_everywhere
 
     schedule = Schedule.load(args.order)
-    results = install_everywhere(args.ps, schedule, timeout_s=args.timeout)
+    results = install_everywhere(args.ps, schedule, timeout_s=args.timeout,
+                                 skip_after_s=args.skip_after,
+                                 window_bytes=args.window_bytes)
     for address, r in results.items():
         print(f"{address}: schedule version {r.version} ({schedule.algorithm}), "
               f"{r.expected} of {r.transfers} transfers enforced", file=sys.stderr)

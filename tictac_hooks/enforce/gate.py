@@ -45,7 +45,7 @@ LATE = "late"          # listed, but its slot was already skipped: straight thro
 UNEXPECTED = "unexpected"  # listed, but not a transfer this PS served when installed
 DUPLICATE = "duplicate"    # a second transfer of the same name in one step
 
-DEFAULT_WINDOW_BYTES = 256 << 10  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
+DEFAULT_WINDOW_BYTES = 1 << 20  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,7 +321,7 @@ class Gate:
     def completed(self, ticket: Ticket) -> None:
         """The response ended (its last frame passed): remembers the transfer's size for
         the window."""
-        if ticket.state == LISTED and ticket.nbytes and (
+        if ticket.nbytes and (
                 ticket.name in self._sizes or len(self._sizes) < self.max_served_names):
             self._sizes[ticket.name] = ticket.nbytes
 
