@@ -102,6 +102,18 @@ def test_close_after_an_exception_leaves_no_namespace_link_or_process():
     assert _root_links() == links, "links were left in (or added to) the root namespace"
 
 
+@pytest.mark.root
+def test_a_two_ps_four_worker_bench_network_opens():
+    """11 hosts (2 PS, 2 x 4 workers, client): every host reaches the first at once
+    (a listen backlog of 8 once made the 10th connection fail)."""
+    _skip_without_root()
+    hosts = netns.cluster_hosts(2, 8)
+    assert len(hosts) == 11
+    with ShapedNetwork(hosts, rate="1gbit") as net:  # open() checks connectivity
+        assert set(net.namespaces()) <= set(netns._namespaces())
+    assert not set(net.namespaces()) & set(netns._namespaces())
+
+
 _CRASH = textwrap.dedent("""
     import os, signal, sys, time
     from tictac_hooks.enforce.netns import ShapedNetwork
