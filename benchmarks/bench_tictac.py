@@ -5,10 +5,11 @@ Runs `tictac bench` on a list of configurations (one JSON each, under --out), th
 tc for a shaped network; otherwise every run falls back to loopback and says so.
 
   sudo .venv/bin/python benchmarks/bench_tictac.py [--out benchmarks/results]
-      [--steps 10] [--configs resnet50:training:2:1:auto,...]
+      [--steps 15] [--configs resnet50:training:2:1:auto,...]
 
-A configuration is MODEL:MODE:WORKERS:PS:BANDWIDTH[;BANDWIDTH...] (bandwidths as in
-`tictac bench --bandwidth`, ';'-separated for a sweep).
+A configuration is MODEL[/BATCH]:MODE:WORKERS:PS:BANDWIDTH[;BANDWIDTH...] (bandwidths as
+in `tictac bench --bandwidth`, ';'-separated for a sweep; BATCH per worker, default the
+model's). The defaults are the configurations in the README (about 35 minutes).
 """
 
 from __future__ import annotations
@@ -25,10 +26,26 @@ sys.path.insert(0, ROOT)
 
 DEFAULT_CONFIGS = (
     "resnet50:training:2:1:auto",
-    "resnet50:inference:2:1:auto:0.5;auto;auto:2",
+    "vgg16:training:1:1:auto",
     "mobilenetv2:inference:2:1:auto",
-    "vgg16:training:1:2:auto",
+    "resnet50:inference:2:1:auto",
+    "vgg16:inference:1:1:auto",
+    "inceptionv3:inference:2:1:auto",
+    "inceptionv3:training:2:1:auto",
+    "resnet50/32:inference:4:2:auto",
+    "resnet50:training:2:1:auto:0.5",
+    "vgg16:training:1:1:auto:0.5",
 )
+
+
+def result_name(model: str, mode: str, workers: str, ps: str, bandwidth: str) -> str:
+    """``resnet50-training-w2-p1.json``; a non-default bandwidth is named too
+    (``...-comm0.5.json`` for ``auto:0.5``)."""
+    name = f"{model}-{mode}-w{workers}-p{ps}"
+    if bandwidth != "auto":
+        tag = bandwidth.replace("auto:", "comm").replace(";", "_").replace(":", "")
+        name += f"-{tag}"
+    return name + ".json"
 
 
 def _wait_for_other_benchmarks(limit_s: float = 600.0) -> None:
@@ -50,20 +67,22 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
-    p.add_argument("--steps", type=int, default=10, help="measured steps per schedule")
+    p.add_argument("--steps", type=int, default=15, help="measured steps per schedule")
     p.add_argument("--block-steps", type=int, default=5)
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     outputs = []
     for spec in args.configs.split(","):
         model, mode, workers, ps, bandwidth = spec.split(":", 4)
-        name = f"{model}-{mode}-w{workers}-p{ps}.json"
-        path = os.path.join(args.out, name)
+        model, _, batch = model.partition("/")
+        path = os.path.join(args.out, result_name(model, mode, workers, ps, bandwidth))
         _wait_for_other_benchmarks()
         argv = [sys.executable, "-m", "tictac_hooks.cli", "bench", "--model", model,
                 "--mode", mode, "--workers", workers, "--ps", ps,
                 "--bandwidth", bandwidth.replace(";", ","), "--steps", str(args.steps),
                 "--block-steps", str(args.block_steps), "--json", path]
+        if batch:
+            argv += ["--batch", batch]
         print(f"== {' '.join(argv[2:])}", file=sys.stderr, flush=True)
         rc = subprocess.run(argv, cwd=ROOT, timeout=3600).returncode
         if rc != 0:

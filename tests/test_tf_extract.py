@@ -269,3 +269,38 @@ def test_step_stats_oracle_from_the_same_run(graph_mode_run):
     assert set(recv_times) == {r.name for r in ext.graph.recvs}
     timed = ext.graph.with_times({**times, **recv_times}, default=0.0)
     assert timed.has_times()
+
+
+def test_a_tensor_received_twice_is_one_recv_with_both_uses():
+    """TF may send one PS tensor over two partition edges (a kernel read for the forward
+    pass and for its gradient). The rendezvous names both transfers after the sending
+    node, so the DAG must hold one recv feeding both uses; keeping the second under its
+    edge name once scheduled a first-layer kernel last."""
+    from tensorflow.core.framework import graph_pb2
+
+    from tictac_hooks.graph.algorithms import tic
+    ps, worker = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
+    gd = graph_pb2.GraphDef()
+
+    def node(name, op, inputs=(), tensor=None):
+        n = gd.node.add(name=name, op=op, device=worker)
+        n.input.extend(inputs)
+        if tensor:
+            n.attr["tensor_name"].s = tensor.encode()
+            n.attr["send_device"].s = ps.encode()
+        return n
+    node("r_k1", "_Recv", tensor="edge_3_l1/kernel/read")
+    node("r_k2", "_Recv", tensor="edge_3_l2/kernel/read")
+    node("fwd1", "MatMul", ["r_k1"])
+    node("fwd2", "MatMul", ["fwd1", "r_k2"])
+    node("r_k1_again", "_Recv", tensor="edge_9_l1/kernel/read")  # for the gradient
+    node("grad1", "MatMul", ["fwd2", "r_k1_again"])
+    ext = tf_extract.extract_partition_graphs([gd])
+    g = ext.graph
+    assert sorted(r.name for r in g.recvs) == ["l1/kernel/read", "l2/kernel/read"]
+    assert ext.name_map["r_k1"] == ext.name_map["r_k1_again"] == "l1/kernel/read"
+    by_name = {op.name: op for op in g.ops}
+    assert "l1/kernel/read" in by_name["fwd1"].inputs
+    assert "l1/kernel/read" in by_name["grad1"].inputs
+    assert any("received twice" in w and "edge_9_l1/kernel/read" in w for w in ext.warnings)
+    assert tic(g).order[0] == "l1/kernel/read"

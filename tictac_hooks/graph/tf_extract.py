@@ -105,8 +105,14 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
       (the ``tensor_name`` attr without its ``edge_<n>_`` prefix, as in the rendezvous
       key), on channel ``"<ps_job>:<task>"``; ``name_map`` maps the partition node name
       to it. Recv nodes that have control inputs in the GraphDef lose them (a recv is a
-      root of the DAG), recorded in ``dropped_inputs``. If two recvs come from the same
-      sending node, the second keeps the full ``tensor_name`` (``edge_<n>_<name>``).
+      root of the DAG), recorded in ``dropped_inputs``. Two ``_Recv`` nodes of the same
+      sending node (TensorFlow sends a tensor twice when two partition edges carry it,
+      e.g. a kernel read for the forward pass and for its gradient) become one recv op
+      feeding both sets of consumers, with a warning: the rendezvous names a transfer
+      by its sending node, so the gate orders the first of the two and lets the other
+      pass (counted as a duplicate), and the schedule must give that one name the
+      priority of its most urgent use. (Keeping the second under its full
+      ``edge_<n>_<name>`` once put a first-layer kernel last in a TIC order.)
       Every other node is a compute op with its data and control inputs; a ``_Recv``
       fed by a ``_Send`` on another device of the same task depends on that send
       (joined by ``tensor_name``); recvs from other non-PS tasks and client feeds are
@@ -158,18 +164,24 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
             continue
         tensor_name = n.attr["tensor_name"].s.decode()
         name = sending_node_name(tensor_name)
+        name_map[n.name] = name
         if name in recvs:
-            name = tensor_name
+            warnings.append(f"{name} is received twice (partition edge {tensor_name} "
+                            "too); scheduled as one transfer, the other passes unordered")
+            continue
         recvs[name] = Op(name=name, kind=RECV, channel=src, bytes=_node_bytes(n))
         if n.input:
             dropped[name] = tuple(_input_node(i)[0] for i in n.input)
-        name_map[n.name] = name
         op_types[name] = n.op
 
     ops: list[Op] = []
+    placed: set[str] = set()
     for n in nodes:
         if n.name in name_map:
-            ops.append(recvs[name_map[n.name]])
+            name = name_map[n.name]
+            if name not in placed:
+                placed.add(name)
+                ops.append(recvs[name])
             continue
         inputs = [name_map.get(src, src)
                   for src, _ in (_input_node(i) for i in n.input)]
