@@ -304,3 +304,36 @@ def test_a_tensor_received_twice_is_one_recv_with_both_uses():
     assert "l1/kernel/read" in by_name["grad1"].inputs
     assert any("received twice" in w and "edge_9_l1/kernel/read" in w for w in ext.warnings)
     assert tic(g).order[0] == "l1/kernel/read"
+    # A control input on one of the two receptions: the other still waits for nothing,
+    # so the transfer is not "late" (it is scheduled).
+    gd.node[4].input.append("^fwd2")
+    assert not tf_extract.extract_partition_graphs([gd]).dropped_inputs
+    gd.node[0].input.append("^fwd2")
+    assert tf_extract.extract_partition_graphs([gd]).dropped_inputs == {"l1/kernel/read": ("fwd2",)}
+
+
+def test_shape_only_consumers_are_not_uses_of_a_recv():
+    """A gradient's Shape(kernel) comes early in the partition graph; it must not make
+    the kernel look needed at the start of the step (layer order, TAC's P)."""
+    from tensorflow.core.framework import graph_pb2
+
+    from tictac_hooks.graph.algorithms import layer_order
+    ps, worker = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
+    gd = graph_pb2.GraphDef()
+    for name, op, inputs, tensor in (
+            ("r2", "_Recv", (), "edge_1_l2/kernel/read"),
+            ("r1", "_Recv", (), "edge_2_l1/kernel/read"),
+            ("shape2", "ShapeN", ("r2",), None),   # the gradient's shapes, listed first
+            ("fwd1", "MatMul", ("r1",), None),
+            ("fwd2", "MatMul", ("fwd1", "r2"), None),
+            ("grad2", "Conv2DBackpropInput", ("shape2", "r2", "fwd2"), None)):
+        n = gd.node.add(name=name, op=op, device=worker)
+        n.input.extend(inputs)
+        if tensor:
+            n.attr["tensor_name"].s = tensor.encode()
+            n.attr["send_device"].s = ps.encode()
+    g = tf_extract.extract_partition_graphs([gd]).graph
+    by_name = {op.name: op for op in g.ops}
+    assert by_name["shape2"].inputs == ()
+    assert "l2/kernel/read" in by_name["grad2"].inputs
+    assert layer_order(g).order == ("l1/kernel/read", "l2/kernel/read")

@@ -32,6 +32,8 @@ CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 _RECV_NODE_OPS = frozenset({"_Recv", "_HostRecv"})
 _SEND_NODE_OPS = frozenset({"_Send", "_HostSend"})
 _EDGE_PREFIX = re.compile(r"^edge_\d+_")
+# Ops that read only their input's shape: their edges from recvs are not scheduling uses.
+SHAPE_ONLY_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 _TASK = re.compile(r"/job:([^/]+)(?:/replica:\d+)?/task:(\d+)")
 
 
@@ -105,7 +107,8 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
       (the ``tensor_name`` attr without its ``edge_<n>_`` prefix, as in the rendezvous
       key), on channel ``"<ps_job>:<task>"``; ``name_map`` maps the partition node name
       to it. Recv nodes that have control inputs in the GraphDef lose them (a recv is a
-      root of the DAG), recorded in ``dropped_inputs``. Two ``_Recv`` nodes of the same
+      root of the DAG), recorded in ``dropped_inputs`` (for a tensor received twice,
+      only when both receptions had control inputs). Two ``_Recv`` nodes of the same
       sending node (TensorFlow sends a tensor twice when two partition edges carry it,
       e.g. a kernel read for the forward pass and for its gradient) become one recv op
       feeding both sets of consumers, with a warning: the rendezvous names a transfer
@@ -113,7 +116,10 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
       pass (counted as a duplicate), and the schedule must give that one name the
       priority of its most urgent use. (Keeping the second under its full
       ``edge_<n>_<name>`` once put a first-layer kernel last in a TIC order.)
-      Every other node is a compute op with its data and control inputs; a ``_Recv``
+      Every other node is a compute op with its data and control inputs, except that
+      shape-only ops (``SHAPE_ONLY_OPS``: ``Shape`` of a kernel for its gradient) do not
+      depend on recvs, which would otherwise make a kernel look needed by a gradient's
+      shape computation at the very start of the step; a ``_Recv``
       fed by a ``_Send`` on another device of the same task depends on that send
       (joined by ``tensor_name``); recvs from other non-PS tasks and client feeds are
       compute ops without inputs. ``bytes`` of a recv comes from its ``_output_shapes``
@@ -165,13 +171,16 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
         tensor_name = n.attr["tensor_name"].s.decode()
         name = sending_node_name(tensor_name)
         name_map[n.name] = name
+        inputs = tuple(_input_node(i)[0] for i in n.input)
         if name in recvs:
             warnings.append(f"{name} is received twice (partition edge {tensor_name} "
                             "too); scheduled as one transfer, the other passes unordered")
+            if name in dropped and not inputs:
+                del dropped[name]  # one of its receptions waits for nothing
             continue
         recvs[name] = Op(name=name, kind=RECV, channel=src, bytes=_node_bytes(n))
-        if n.input:
-            dropped[name] = tuple(_input_node(i)[0] for i in n.input)
+        if inputs:
+            dropped[name] = inputs
         op_types[name] = n.op
 
     ops: list[Op] = []
@@ -185,6 +194,11 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
             continue
         inputs = [name_map.get(src, src)
                   for src, _ in (_input_node(i) for i in n.input)]
+        if n.op in SHAPE_ONLY_OPS:
+            # Reads only the received tensor's shape (for a gradient): not a use that
+            # makes the transfer urgent, and every consumer of its output also needs
+            # the forward pass, which needs the tensor itself.
+            inputs = [i for i in inputs if i not in recvs]
         if n.op in _RECV_NODE_OPS and "tensor_name" in n.attr:
             send = sends.get(n.attr["tensor_name"].s.decode())
             src = task_of(n.attr["send_device"].s.decode()) if "send_device" in n.attr else None
