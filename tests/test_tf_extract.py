@@ -271,11 +271,12 @@ def test_step_stats_oracle_from_the_same_run(graph_mode_run):
     assert timed.has_times()
 
 
-def test_a_tensor_received_twice_is_one_recv_with_both_uses():
+def test_a_tensor_received_twice_is_two_recvs_named_by_their_edges():
     """TF may send one PS tensor over two partition edges (a kernel read for the forward
-    pass and for its gradient). The rendezvous names both transfers after the sending
-    node, so the DAG must hold one recv feeding both uses; keeping the second under its
-    edge name once scheduled a first-layer kernel last."""
+    pass and for its gradient). Each copy is its own recv named by its full tensor name,
+    which the gate matches against the rendezvous key, so the forward's copy can go
+    first and the gradient's later. (Naming the second copy alone by its edge once let
+    the gradient's use decide the kernel's place: a first-layer kernel went last.)"""
     from tensorflow.core.framework import graph_pb2
 
     from tictac_hooks.graph.algorithms import tic
@@ -289,27 +290,25 @@ def test_a_tensor_received_twice_is_one_recv_with_both_uses():
             n.attr["tensor_name"].s = tensor.encode()
             n.attr["send_device"].s = ps.encode()
         return n
+    node("r_k1_again", "_Recv", tensor="edge_9_l1/kernel/read")  # for the gradient
     node("r_k1", "_Recv", tensor="edge_3_l1/kernel/read")
-    node("r_k2", "_Recv", tensor="edge_3_l2/kernel/read")
+    node("r_k2", "_Recv", tensor="edge_4_l2/kernel/read")
     node("fwd1", "MatMul", ["r_k1"])
     node("fwd2", "MatMul", ["fwd1", "r_k2"])
-    node("r_k1_again", "_Recv", tensor="edge_9_l1/kernel/read")  # for the gradient
     node("grad1", "MatMul", ["fwd2", "r_k1_again"])
     ext = tf_extract.extract_partition_graphs([gd])
     g = ext.graph
-    assert sorted(r.name for r in g.recvs) == ["l1/kernel/read", "l2/kernel/read"]
-    assert ext.name_map["r_k1"] == ext.name_map["r_k1_again"] == "l1/kernel/read"
+    assert sorted(r.name for r in g.recvs) == [
+        "edge_3_l1/kernel/read", "edge_9_l1/kernel/read", "l2/kernel/read"]
     by_name = {op.name: op for op in g.ops}
-    assert "l1/kernel/read" in by_name["fwd1"].inputs
-    assert "l1/kernel/read" in by_name["grad1"].inputs
-    assert any("received twice" in w and "edge_9_l1/kernel/read" in w for w in ext.warnings)
-    assert tic(g).order[0] == "l1/kernel/read"
-    # A control input on one of the two receptions: the other still waits for nothing,
-    # so the transfer is not "late" (it is scheduled).
-    gd.node[4].input.append("^fwd2")
-    assert not tf_extract.extract_partition_graphs([gd]).dropped_inputs
+    assert by_name["fwd1"].inputs == ("edge_3_l1/kernel/read",)
+    assert "edge_9_l1/kernel/read" in by_name["grad1"].inputs
+    assert sum("received 2 times" in w for w in ext.warnings) == 2
+    order = tic(g).order
+    assert order[0] == "edge_3_l1/kernel/read" and order[-1] == "edge_9_l1/kernel/read"
     gd.node[0].input.append("^fwd2")
-    assert tf_extract.extract_partition_graphs([gd]).dropped_inputs == {"l1/kernel/read": ("fwd2",)}
+    assert tf_extract.extract_partition_graphs([gd]).dropped_inputs == {
+        "edge_9_l1/kernel/read": ("fwd2",)}
 
 
 def test_shape_only_consumers_are_not_uses_of_a_recv():

@@ -123,3 +123,30 @@ def test_flag_default_is_the_gate_default():
     from tictac_hooks import flags
     from tictac_hooks.enforce.gate import DEFAULT_WINDOW_BYTES
     assert flags.DEFAULTS["window_bytes"] == DEFAULT_WINDOW_BYTES == Gate().window_bytes
+
+
+def test_a_tensor_sent_twice_is_ordered_by_its_full_names():
+    """Two copies of one sending node in a step (two partition edges): once both were
+    seen their full names are served, and a schedule naming them orders each copy."""
+    async def main():
+        gate = Gate(skip_after_s=5.0, window_bytes=0)
+        for name, tensor in (("k", "edge_9_k"), ("k", "edge_3_k"), ("b", "edge_4_b")):
+            t = gate.arrive(1, DEST, name, tensor)
+            assert gate.request(t) is None
+            gate.handed_back(t)
+        assert {"edge_3_k", "edge_9_k", "k", "b"} <= set(gate.served_names())
+        assert "edge_4_b" not in gate.served_names()  # sent once: its node name is enough
+        gate.install(Schedule.from_order("test", ["edge_3_k", "b", "edge_9_k"]))
+        tickets, futures = {}, {}
+        for name, tensor in (("k", "edge_9_k"), ("b", "edge_4_b"), ("k", "edge_3_k")):
+            t = gate.arrive(2, DEST, name, tensor)
+            tickets[t.name], futures[t.name] = t, gate.request(t)
+        assert set(tickets) == {"edge_9_k", "b", "edge_3_k"}
+        await asyncio.sleep(0)
+        assert _released(futures) == {"edge_3_k"}
+        for name in ("edge_3_k", "b", "edge_9_k"):
+            gate.handed_back(tickets[name])
+            await asyncio.sleep(0)
+        rec = gate.records()[-1]
+        assert rec["order"] == ["edge_3_k", "b", "edge_9_k"] and rec["violations"] == 0
+    asyncio.run(main())

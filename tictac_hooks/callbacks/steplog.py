@@ -41,17 +41,20 @@ class _Pending:
         return any(r.get("schedule_version") is not None for r in self.per_ps.values())
 
     def followed_order(self) -> bool:
-        """Every PS handed its listed transfers back in non-decreasing priority, with no
-        skip and no violation."""
+        """Every PS sent its listed transfers to the PS in non-decreasing priority (the
+        order they were released in; with the look-ahead window the PS may answer those
+        in flight together in another order), with no skip and no violation."""
         for r in self.per_ps.values():
             if r.get("skips") or r.get("violations"):
                 return False
+            listed = [t for t in r.get("transfers", ())
+                      if t.get("state") == "listed" and t.get("priority") is not None]
+            listed.sort(key=lambda t: t.get("release_seq", -1))  # stable: hand-back order
             last = -1
-            for t in r.get("transfers", ()):
-                if t.get("state") == "listed" and t.get("priority") is not None:
-                    if t["priority"] < last:
-                        return False
-                    last = t["priority"]
+            for t in listed:
+                if t["priority"] < last:
+                    return False
+                last = t["priority"]
         return True
 
 

@@ -142,7 +142,7 @@ class _Channel:
 
     __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
                  "arrived", "handed", "skipped", "timer", "t_first", "finished",
-                 "released", "rcursor", "inflight")
+                 "released", "rcursor", "inflight", "tensors")
 
     def __init__(self, step_id: int, dest: str, installed: _Installed | None) -> None:
         self.step_id = step_id
@@ -161,6 +161,7 @@ class _Channel:
         self.released: set[str] = set()    # listed names forwarded to the PS
         self.rcursor = 0                   # into names_by_priority: first not gone
         self.inflight = 0                  # window bytes released, not handed back
+        self.tensors: dict[str, str] = {}  # sending node -> first full tensor name seen
 
     def gone_prefix(self) -> int:
         """How many transfers, in priority order, have gone (released or skipped)."""
@@ -276,14 +277,28 @@ class Gate:
 
     # -- the transfer path -----------------------------------------------------------
 
-    def arrive(self, step_id: int, dest: str, name: str) -> Ticket:
-        """Registers a RecvTensor request; call before forwarding it upstream."""
+    def arrive(self, step_id: int, dest: str, name: str, tensor: str = "") -> Ticket:
+        """Registers a RecvTensor request; call before forwarding it upstream.
+
+        ``name`` is the sending node, ``tensor`` the key's full tensor name
+        (``edge_<n>_<name>``). A tensor sent over two edges in one step arrives twice
+        under one ``name``; both full names then count as served, and a schedule that
+        lists a full name orders that copy by it (``extract_partition_graphs`` names
+        such copies that way)."""
         now = self.clock()
+        channel = self._channel(step_id, dest, now)
+        room = len(self._served) < self.max_served_names
+        if tensor and tensor != name:
+            first = channel.tensors.setdefault(name, tensor)
+            if first != tensor and room:
+                self._served.update((first, tensor))
+                self._served_by_dest[dest].update((first, tensor))
+            if channel.installed is not None and tensor in channel.installed.priority:
+                name = tensor
         ticket = Ticket(step_id, dest, name, now)
-        if len(self._served) < self.max_served_names:
+        if room:
             self._served.add(name)
             self._served_by_dest[dest].add(name)
-        channel = self._channel(step_id, dest, now)
         ticket.channel = channel
         installed = channel.installed
         priority = installed.priority.get(name) if installed else None

@@ -16,6 +16,7 @@ rest of ``tictac_hooks.graph`` usable, without it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -107,15 +108,12 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
       (the ``tensor_name`` attr without its ``edge_<n>_`` prefix, as in the rendezvous
       key), on channel ``"<ps_job>:<task>"``; ``name_map`` maps the partition node name
       to it. Recv nodes that have control inputs in the GraphDef lose them (a recv is a
-      root of the DAG), recorded in ``dropped_inputs`` (for a tensor received twice,
-      only when both receptions had control inputs). Two ``_Recv`` nodes of the same
-      sending node (TensorFlow sends a tensor twice when two partition edges carry it,
-      e.g. a kernel read for the forward pass and for its gradient) become one recv op
-      feeding both sets of consumers, with a warning: the rendezvous names a transfer
-      by its sending node, so the gate orders the first of the two and lets the other
-      pass (counted as a duplicate), and the schedule must give that one name the
-      priority of its most urgent use. (Keeping the second under its full
-      ``edge_<n>_<name>`` once put a first-layer kernel last in a TIC order.)
+      root of the DAG), recorded in ``dropped_inputs``. When TensorFlow sends one
+      tensor over two partition edges (a kernel read for the forward pass and again for
+      its gradient), each reception is its own recv named by its full ``tensor_name``
+      (``edge_<n>_<name>``, stable for a partitioned graph), so that a schedule orders
+      the two copies separately; the rendezvous matches such names against the
+      rendezvous key's full tensor name (see ``Gate.arrive``). A warning records it.
       Every other node is a compute op with its data and control inputs, except that
       shape-only ops (``SHAPE_ONLY_OPS``: ``Shape`` of a kernel for its gradient) do not
       depend on recvs, which would otherwise make a kernel look needed by a gradient's
@@ -162,35 +160,28 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
     dropped: dict[str, tuple[str, ...]] = {}
     warnings: list[str] = []
     recvs: dict[str, Op] = {}
-    for n in nodes:
-        if n.op not in _RECV_NODE_OPS:
-            continue
-        src = task_of(n.attr["send_device"].s.decode()) if "send_device" in n.attr else None
-        if src is None or not src.startswith(ps_job + ":"):
-            continue
+    ps_recvs = [n for n in nodes if n.op in _RECV_NODE_OPS and "send_device" in n.attr
+                and (task_of(n.attr["send_device"].s.decode()) or "").startswith(ps_job + ":")]
+    copies = collections.Counter(sending_node_name(n.attr["tensor_name"].s.decode())
+                                 for n in ps_recvs)
+    for n in ps_recvs:
+        src = task_of(n.attr["send_device"].s.decode())
         tensor_name = n.attr["tensor_name"].s.decode()
         name = sending_node_name(tensor_name)
-        name_map[n.name] = name
-        inputs = tuple(_input_node(i)[0] for i in n.input)
-        if name in recvs:
-            warnings.append(f"{name} is received twice (partition edge {tensor_name} "
-                            "too); scheduled as one transfer, the other passes unordered")
-            if name in dropped and not inputs:
-                del dropped[name]  # one of its receptions waits for nothing
-            continue
+        if copies[name] > 1:
+            warnings.append(f"{name} is received {copies[name]} times; its reception "
+                            f"{n.name} is scheduled as {tensor_name}")
+            name = tensor_name
         recvs[name] = Op(name=name, kind=RECV, channel=src, bytes=_node_bytes(n))
-        if inputs:
-            dropped[name] = inputs
+        if n.input:
+            dropped[name] = tuple(_input_node(i)[0] for i in n.input)
+        name_map[n.name] = name
         op_types[name] = n.op
 
     ops: list[Op] = []
-    placed: set[str] = set()
     for n in nodes:
         if n.name in name_map:
-            name = name_map[n.name]
-            if name not in placed:
-                placed.add(name)
-                ops.append(recvs[name])
+            ops.append(recvs[name_map[n.name]])
             continue
         inputs = [name_map.get(src, src)
                   for src, _ in (_input_node(i) for i in n.input)]
