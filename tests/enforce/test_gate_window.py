@@ -150,3 +150,18 @@ def test_a_tensor_sent_twice_is_ordered_by_its_full_names():
         rec = gate.records()[-1]
         assert rec["order"] == ["edge_3_k", "b", "edge_9_k"] and rec["violations"] == 0
     asyncio.run(main())
+
+
+def test_steplog_judges_the_order_transfers_were_sent_in():
+    from tictac_hooks.callbacks.steplog import _Pending
+
+    def rec(transfers, **kw):
+        return _Pending({"ps:0": {"skips": 0, "violations": 0, "transfers": transfers, **kw}})
+    sent_in_order = [  # answered b, a (window), sent a, b
+        {"name": "b", "state": "listed", "priority": 1, "release_seq": 8},
+        {"name": "a", "state": "listed", "priority": 0, "release_seq": 7},
+        {"name": "x", "state": "pass", "priority": -1, "release_seq": 1}]
+    assert rec(sent_in_order).followed_order()
+    sent_out_of_order = [dict(t, release_seq=s) for t, s in zip(sent_in_order, (7, 8, 1))]
+    assert not rec(sent_out_of_order).followed_order()
+    assert not rec(sent_in_order, skips=1).followed_order()
