@@ -13,7 +13,8 @@ DEST = "/job:worker/replica:0/task:0/device:CPU:0"
 def test_parse_rendezvous_key():
     key = ("/job:ps/replica:0/task:0/device:CPU:0;abc123;" + DEST +
            ";edge_74_sequential/d1/MatMul/ReadVariableOp;0:0")
-    assert parse_rendezvous_key(key) == ("sequential/d1/MatMul/ReadVariableOp", DEST)
+    assert parse_rendezvous_key(key) == ("sequential/d1/MatMul/ReadVariableOp", DEST,
+                                         "edge_74_sequential/d1/MatMul/ReadVariableOp")
 
 
 async def _run(gate, step, arrivals, delay=0.0):

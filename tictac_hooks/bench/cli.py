@@ -13,6 +13,7 @@ QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, bl
 
 def register(sub: argparse._SubParsersAction) -> None:
     from tictac_hooks.bench.client import SCHEDULES
+    from tictac_hooks.enforce.cli import window_bytes_arg
     p = sub.add_parser(
         "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",
         description="Runs a PS cluster with every task in its own network namespace behind "
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-worker batch (default: the model's, see workloads.MODELS)")
     p.add_argument("--schedules", default=",".join(SCHEDULES),
                    help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all)")
-    p.add_argument("--window-bytes", type=int, default=None, metavar="BYTES",
+    p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT",
@@ -62,8 +63,6 @@ def _bench(args: argparse.Namespace) -> int:
                                                  if s.strip()],
                     loopback=args.loopback, timeout_s=args.timeout)
     if args.window_bytes is not None:
-        if args.window_bytes < 0:
-            raise SystemExit(f"tictac bench: --window-bytes must be >= 0, got {args.window_bytes}")
         settings["window_bytes"] = args.window_bytes
     if args.quick:
         settings.update(QUICK)

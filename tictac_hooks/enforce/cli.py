@@ -11,7 +11,8 @@ import sys
 from tictac_hooks.graph.schedule import Schedule
 
 
-def _window(text: str) -> int:
+def window_bytes_arg(text: str) -> int:
+    """argparse type of the --window-bytes options."""
     try:
         value = int(text)
     except ValueError:
@@ -35,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-after", type=float, default=0.5, metavar="SECONDS",
                    help="skip a scheduled transfer that has not come this long after the "
                         "last hand-back while later ones wait (default 0.5)")
-    p.add_argument("--window-bytes", type=_window, default=None, metavar="BYTES",
+    p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="look-ahead window: a scheduled transfer may go before the one "
                         "ahead of it is answered while at most this many bytes are in "
                         "flight (default 1048576; 0: strictly one at a time)")
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="order JSON {algorithm, order, priority} or name<TAB>priority lines")
             q.add_argument("--skip-after", type=float, default=None, metavar="SECONDS",
                            help="the PS's skip bound for this schedule (default: as started)")
-            q.add_argument("--window-bytes", type=_window, default=None, metavar="BYTES",
+            q.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                            help="the look-ahead window (default: as started; 0: strict)")
         if name == "trace":
             q.add_argument("--output", "-o", required=True, metavar="TRACE.json")

@@ -528,11 +528,12 @@ def check_window(window_bytes: Any) -> int:
     return window_bytes
 
 
-def parse_rendezvous_key(key: str) -> tuple[str, str]:
-    """(transfer name, destination device) of a rendezvous key
-    ``src;incarnation;dst;edge_<n>_<name>;frame:iter``."""
+def parse_rendezvous_key(key: str) -> tuple[str, str, str]:
+    """(transfer name, destination device, full tensor name) of a rendezvous key
+    ``src;incarnation;dst;edge_<n>_<name>;frame:iter``: the arguments of
+    :meth:`Gate.arrive`."""
     parts = key.split(";")
     if len(parts) < 4:
-        return key, ""
-    return sending_node_name(parts[3]), parts[2]
+        return key, "", ""
+    return sending_node_name(parts[3]), parts[2], parts[3]
 

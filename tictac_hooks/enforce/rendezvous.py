@@ -51,8 +51,7 @@ from grpc import aio
 from hpack import Decoder
 from hpack.exceptions import HPACKError
 
-from tictac_hooks.enforce.gate import Gate, Ticket, check_window
-from tictac_hooks.graph.tf_extract import sending_node_name
+from tictac_hooks.enforce.gate import Gate, Ticket, check_window, parse_rendezvous_key
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 log = logging.getLogger(__name__)
@@ -831,10 +830,8 @@ class Rendezvous:
         except Exception:  # noqa: BLE001 - not ours to judge; forward it untouched
             self.gate.totals["unparsed"] += 1
             return None
-        parts = key.split(";")
-        if len(parts) < 4:
-            return self.gate.arrive(step_id, "", key)
-        return self.gate.arrive(step_id, parts[2], sending_node_name(parts[3]), parts[3])
+        name, dest, tensor = parse_rendezvous_key(key)
+        return self.gate.arrive(step_id, dest, name, tensor)
 
     def stats(self, include_active: bool = True) -> dict[str, Any]:
         return {"ps": self.address, "upstream": self.upstream, **self.gate.summary(),
