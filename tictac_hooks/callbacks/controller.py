@@ -54,8 +54,8 @@ class Settings:
             raise ValueError(f"profile_steps must be >= 1, got {s.profile_steps}")
         if s.skip_timeout <= 0:
             raise ValueError(f"skip_timeout must be > 0 seconds, got {s.skip_timeout}")
-        if s.window_bytes < 0:
-            raise ValueError(f"window_bytes must be >= 0, got {s.window_bytes}")
+        from tictac_hooks.enforce.gate import check_window
+        check_window(s.window_bytes)
         return s
 
 
