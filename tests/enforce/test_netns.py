@@ -88,6 +88,26 @@ def test_latency_without_netem_is_a_clear_error_and_leaves_nothing():
 
 
 @pytest.mark.root
+def test_a_process_started_from_a_thread_outlives_that_thread():
+    """PR_SET_PDEATHSIG fires when the thread that forked a child ends: a host process
+    started from a short-lived thread must live until close(), not until that thread
+    ends."""
+    _skip_without_root()
+    import threading
+    import time
+
+    with ShapedNetwork(["a", "b"], rate="100mbit") as net:
+        box = []
+        starter = threading.Thread(target=lambda: box.append(net.run("b", ["sleep", "30"])))
+        starter.start()
+        starter.join()
+        sleeper = box[0]
+        time.sleep(0.5)  # a SIGKILL from the ended thread would have landed by now
+        assert sleeper.poll() is None, "the process died with the thread that started it"
+    assert sleeper.poll() is not None, "close() left the process running"
+
+
+@pytest.mark.root
 def test_close_after_an_exception_leaves_no_namespace_link_or_process():
     _skip_without_root()
     links = _root_links()

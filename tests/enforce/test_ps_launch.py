@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from tictac_hooks.enforce.client import RendezvousClient, RendezvousError
-from tictac_hooks.enforce.launcher import _die_with_parent, repo_pythonpath
+from tictac_hooks.enforce.launcher import repo_pythonpath
+from tictac_hooks.enforce.procs import die_with_parent
 from tictac_hooks.enforce.server import free_port
 
 TICTAC = [sys.executable, "-m", "tictac_hooks.cli"]  # the `tictac` command
@@ -64,7 +65,7 @@ def launch(tmp_path):
         with open(log, "wb") as f:
             proc = subprocess.Popen([*TICTAC, *args], stdout=f, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=_env(TF_CONFIG=tf_config),
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
         procs.append(proc)
         return proc, log
 

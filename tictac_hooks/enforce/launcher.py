@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import dataclasses
 import json
 import os
@@ -33,12 +32,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import weakref
-from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread
 from tictac_hooks.enforce.server import free_port
 
 if TYPE_CHECKING:
@@ -47,55 +45,7 @@ if TYPE_CHECKING:
 TASK_PORT = 2222  # every task's address in a shaped network: <its host>:TASK_PORT
 PRIVATE_PORT = 2223  # a PS's TensorFlow server behind the rendezvous, there
 
-_PR_SET_PDEATHSIG = 1
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: own process group, and SIGKILL when the parent dies (Linux)."""
-    os.setsid()
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-_spawner: threading.Thread | None = None
-_spawner_lock = threading.Lock()
-_spawn_requests: "list[tuple[Any, Future]]" = []
-_spawn_ready = threading.Condition(_spawner_lock)
-
-
-def _spawn_loop() -> None:
-    while True:
-        with _spawn_ready:
-            _spawn_ready.wait_for(lambda: _spawn_requests)
-            fn, future = _spawn_requests.pop(0)
-        try:
-            future.set_result(fn())
-        except BaseException as e:  # noqa: BLE001 - handed to the caller
-            future.set_exception(e)
-
-
-def _fork(fn: Any) -> Any:
-    """Runs ``fn`` (which starts children with ``_die_with_parent``) on a thread that
-    lives as long as this process. ``PR_SET_PDEATHSIG`` fires when the *thread* that
-    forked a child exits, not the process: a cluster started from a short-lived thread
-    (an executor, a fixture's helper thread) would lose its processes with that thread.
-    The main thread lives as long as the process; other threads hand the fork to one
-    daemon thread."""
-    global _spawner
-    if threading.current_thread() is threading.main_thread():
-        return fn()
-    future: Future = Future()
-    with _spawn_ready:
-        if _spawner is None or not _spawner.is_alive():
-            _spawner = threading.Thread(target=_spawn_loop, name="tictac-spawner",
-                                        daemon=True)
-            _spawner.start()
-        _spawn_requests.append((fn, future))
-        _spawn_ready.notify()
-    return future.result()
 
 
 def _kill_all_live() -> None:
@@ -323,10 +273,11 @@ class LocalCluster:
         log = open(log_path, "wb")
         argv = [sys.executable, "-m", "tictac_hooks.enforce.cli", *args]
         popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                     env=self.child_env(), preexec_fn=_die_with_parent)
+                     env=self.child_env(), preexec_fn=die_with_parent)
         host = self.host(job, index) if self.network is not None else None
-        proc = _fork(lambda: self.network.run(host, argv, **popen) if host is not None
-                     else subprocess.Popen(argv, **popen))
+        proc = on_lasting_thread(
+            lambda: self.network.run(host, argv, **popen) if host is not None
+            else subprocess.Popen(argv, **popen))
         log.close()
         private = self.ps_private_addresses[index] if job == "ps" else None
         task = Task(job, index, self.spec[job][index], proc, log_path, private, host)
@@ -336,8 +287,8 @@ class LocalCluster:
     def spawn(self, argv: Sequence[str], name: str = "client", **popen: Any) -> subprocess.Popen:
         """Starts another process (a client) that is torn down with the cluster."""
         popen.setdefault("env", self.child_env())
-        popen.setdefault("preexec_fn", _die_with_parent)
-        proc = _fork(lambda: subprocess.Popen(list(argv), **popen))
+        popen.setdefault("preexec_fn", die_with_parent)
+        proc = on_lasting_thread(lambda: subprocess.Popen(list(argv), **popen))
         self._extra.append(proc)
         return proc
 
@@ -348,8 +299,8 @@ class LocalCluster:
         if self.network is None:
             return self.spawn(argv, **popen)
         popen.setdefault("env", self.child_env())
-        popen.setdefault("preexec_fn", _die_with_parent)
-        proc = _fork(lambda: self.network.run(host, list(argv), **popen))
+        popen.setdefault("preexec_fn", die_with_parent)
+        proc = on_lasting_thread(lambda: self.network.run(host, list(argv), **popen))
         self._extra.append(proc)
         return proc
 

@@ -46,11 +46,12 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
+from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread
+
 PREFIX = "ttnet"
 SUBNET = "10.213.0"
 BRIDGE_HOST = "br"
 _CLONE_NEWNET = 0x40000000
-_PR_SET_PDEATHSIG = 1
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 _STALE = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-")
 _GSO_MAX = 64 << 10
@@ -143,13 +144,6 @@ def call_in_netns(namespace: str, fn: Callable[[], T], timeout_s: float = 60.0) 
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def _die_with_parent() -> None:
-    """preexec_fn: own process group, SIGKILL when the parent dies."""
-    os.setsid()
-    with contextlib.suppress(OSError, AttributeError):
-        _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _namespaces() -> list[str]:
@@ -443,8 +437,9 @@ class ShapedNetwork:
         dies with the caller, and is killed by :meth:`close`."""
         if not self._open:
             raise NetworkError("the network is not open: use `with ShapedNetwork(...)`")
-        popen.setdefault("preexec_fn", _die_with_parent)
-        proc = subprocess.Popen(self.command(host, argv), **popen)
+        popen.setdefault("preexec_fn", die_with_parent)
+        command = self.command(host, argv)
+        proc = on_lasting_thread(lambda: subprocess.Popen(command, **popen))
         self._procs.append(proc)
         return proc
 
