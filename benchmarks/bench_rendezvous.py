@@ -1,33 +1,45 @@
 """Benchmark of the TicTac rendezvous on loopback: prints a table.
 
 1. Forwarded RecvTensor throughput, interposed vs direct, same cluster, same run
-   (PS 0 direct, PS 1 behind the rendezvous; NUM_VARS x VAR_MIB variables each).
-2. Step-time overhead with no schedule installed on a communication-heavy model
+   (PS 0 direct, PS 1 behind the rendezvous; NUM_VARS x VAR_MIB variables each),
+   fetches alternating ABBA; the per-rep ratio's median with a bootstrap 95 % interval.
+   Also the CPU time each PS process (and the worker) spends per GiB, direct and
+   interposed: the difference is what the rendezvous costs, a steadier number than the
+   ratio, and the ratio the CPU figures predict if both paths were CPU-bound (on 2
+   cores shared by PS, rendezvous and worker, they nearly are).
+2. The floor: raw TCP between two processes, direct vs through a forwarder process
+   that only copies (no HTTP/2, no gate). What one extra copying hop costs on this
+   machine, whatever forwards.
+3. Step-time overhead with no schedule installed on a communication-heavy model
    (worker 0 reaches the PS through the rendezvous, worker 1 directly; alternating).
-3. Rendezvous (PS process) RSS after 100 and after --rss-steps training steps.
-Also the CPU time each PS process (and the worker) spends per GiB, direct and interposed: the
-difference is what the rendezvous costs, a steadier number than the throughput ratio on
-a machine with other load (the ratio is CPU-bound on 2 cores).
+4. PS (+ rendezvous) RSS over --rss-steps training steps with a schedule installed,
+   and the gate's bounded state at the end.
 
-Loopback only: no shaped 1 Gbit/s link (see the report).
+Loopback only; bench_shaped_overhead.py measures a shaped link.
 
   .venv/bin/python benchmarks/bench_rendezvous.py [--var-mib 64] [--rss-steps 10000]
-      [--only throughput|overhead|memory]
+      [--only throughput|floor|overhead|memory] [--reps 25]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import signal
+import socket
 import statistics
 import time
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from tictac_hooks.enforce.client import RendezvousClient  # noqa: E402
 from tictac_hooks.enforce.launcher import LocalCluster  # noqa: E402
+from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
 
@@ -50,8 +62,8 @@ def cpu_s(pid: int) -> float:
 def throughput(var_mib: int, num_vars: int, reps: int
                ) -> tuple[list[float], list[float], float, float, float, float]:
     """(direct GiB/s per rep, interposed GiB/s per rep, PS CPU s/GiB direct and
-    interposed, worker CPU s/GiB direct and interposed); each rep fetches from the
-    direct PS, then from the interposed one."""
+    interposed, worker CPU s/GiB direct and interposed). The fetches alternate ABBA
+    (direct, interposed, interposed, direct, ...), so neither path always goes first."""
     with LocalCluster(num_ps=2, num_workers=1, rendezvous=[False, True]) as c:
         g = tf.Graph()
         with g.as_default():
@@ -72,8 +84,8 @@ def throughput(var_mib: int, num_vars: int, reps: int
         with tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g) as s:
             s.run(init)
             s.run(fetch)
-            for _ in range(reps):
-                for ps in (0, 1):
+            for rep in range(reps):
+                for ps in ((0, 1) if rep % 2 == 0 else (1, 0)):
                     c0, w0 = cpu_s(pids[ps]), cpu_s(worker)
                     t = time.perf_counter()
                     s.run(fetch[ps])
@@ -84,6 +96,109 @@ def throughput(var_mib: int, num_vars: int, reps: int
         return ([gb / t for t in times[0]], [gb / t for t in times[1]],
                 cpu[0] / (gb * reps), cpu[1] / (gb * reps),
                 worker_cpu[0] / (gb * reps), worker_cpu[1] / (gb * reps))
+
+
+def median_ci(values: list[float], level: float = 0.95, resamples: int = 2000,
+              seed: int = 0) -> tuple[float, float]:
+    """Bootstrap confidence interval of the median of ``values``."""
+    rng = np.random.default_rng(seed)
+    a = np.asarray(values)
+    meds = np.median(rng.choice(a, size=(resamples, len(a)), replace=True), axis=1)
+    return (float(np.quantile(meds, (1 - level) / 2)),
+            float(np.quantile(meds, (1 + level) / 2)))
+
+
+# -- the floor: what one more TCP hop costs with no rendezvous logic at all ------------
+
+FLOOR_CHUNK = 4 << 20
+
+
+def _floor_receiver(lsock: socket.socket, nbytes: int, done: int) -> None:
+    conn, _ = lsock.accept()
+    buf = bytearray(FLOOR_CHUNK)
+    while True:
+        got = 0
+        while got < nbytes:
+            n = conn.recv_into(buf)
+            if not n:
+                return
+            got += n
+        os.write(done, b"x")
+
+
+def _floor_forwarder(lsock: socket.socket, target: int) -> None:
+    a, _ = lsock.accept()
+    b = socket.create_connection(("127.0.0.1", target))
+    for sock in (a, b):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    buf = bytearray(FLOOR_CHUNK)
+    view = memoryview(buf)
+    while True:
+        n = a.recv_into(buf)
+        if not n:
+            return
+        b.sendall(view[:n])
+
+
+def _floor_sender(port: int, nbytes: int, go: int) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    data = memoryview(bytearray(b"\x01" * FLOOR_CHUNK))
+    while os.read(go, 1):
+        left = nbytes
+        while left:
+            k = min(left, FLOOR_CHUNK)
+            s.sendall(data[:k])
+            left -= k
+
+
+def floor(mib: int, reps: int) -> tuple[list[float], list[float]]:
+    """Raw TCP on loopback, sender -> receiver process, direct vs through a forwarder
+    process that only copies (``recv_into`` / ``sendall`` of 4 MiB, no HTTP/2, no
+    Python per frame): GiB/s per rep for each, ABBA. The ratio is the most any
+    interposer that copies through the kernel can keep on this machine."""
+    nbytes = mib << 20
+    procs, pipes = [], {}
+    try:
+        for path in ("direct", "forwarded"):
+            rl = socket.create_server(("127.0.0.1", 0))
+            done_r, done_w = os.pipe()
+            procs.append(_fork_child(_floor_receiver, rl, nbytes, done_w))
+            port = rl.getsockname()[1]
+            if path == "forwarded":
+                fl = socket.create_server(("127.0.0.1", 0))
+                procs.append(_fork_child(_floor_forwarder, fl, port))
+                port = fl.getsockname()[1]
+            go_r, go_w = os.pipe()
+            procs.append(_fork_child(_floor_sender, port, nbytes, go_r))
+            pipes[path] = (go_w, done_r)
+        rates: dict[str, list[float]] = {"direct": [], "forwarded": []}
+        for rep in range(reps + 1):
+            order = ("direct", "forwarded") if rep % 2 == 0 else ("forwarded", "direct")
+            for path in order:
+                go_w, done_r = pipes[path]
+                t = time.perf_counter()
+                os.write(go_w, b"g")
+                os.read(done_r, 1)
+                if rep:  # the first round warms up the connections
+                    rates[path].append(mib / 1024 / (time.perf_counter() - t))
+        return rates["direct"], rates["forwarded"]
+    finally:
+        for go_w, _ in pipes.values():
+            os.close(go_w)
+        for pid in procs:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def _fork_child(fn, *args) -> int:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn(*args)
+        finally:
+            os._exit(0)
+    return pid
 
 
 def comm_heavy_model(worker: int, num_vars: int = 16, var_mib: int = 4):
@@ -123,48 +238,85 @@ def overhead(steps: int) -> tuple[float, float]:
         return statistics.median(times[1]), statistics.median(times[0])
 
 
-def memory(rss_steps: int) -> tuple[float, float, float]:
+def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
+    """PS (+ rendezvous) RSS in MiB at 0 (after the first step), 100, then every tenth
+    of ``rss_steps`` steps, with a schedule installed from step 1 on (every step
+    goes through the gate's per-step state); and the gate's totals at the end."""
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=True) as c:
         pid = c.task("ps", 0).process.pid
+        client = RendezvousClient(c.ps_addresses[0])
         g, init, train = comm_heavy_model(0, num_vars=4, var_mib=1)
         with tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g) as s:
             s.run(init)
-            before = rss_mib(pid)
-            for _ in range(100):
-                s.run(train)
-            at_100 = rss_mib(pid)
-            for _ in range(rss_steps - 100):
-                s.run(train)
-            return before, at_100, rss_mib(pid)
+            s.run(train)
+            # The transfers of a training step, scheduled in reverse of the order
+            # TensorFlow used (any fixed order exercises the gate the same way).
+            served = [t["name"] for step in client.stats()["steps"][-1:]
+                      for t in step["transfers"]]
+            client.install(Schedule.from_order("memory", list(reversed(served))))
+            s.run(train)
+            rss = {0: rss_mib(pid)}
+            marks = sorted({100, *range(rss_steps // 10, rss_steps + 1, rss_steps // 10)})
+            done = 0
+            for mark in marks:
+                for _ in range(mark - done):
+                    s.run(train)
+                done = mark
+                rss[mark] = rss_mib(pid)
+            stats = client.stats()
+            stats.pop("steps")
+            return rss, stats
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--var-mib", type=int, default=64)
     p.add_argument("--num-vars", type=int, default=4)
-    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--reps", type=int, default=25)
+    p.add_argument("--floor-mib", type=int, default=256)
     p.add_argument("--overhead-steps", type=int, default=30)
     p.add_argument("--rss-steps", type=int, default=10000)
-    p.add_argument("--only", choices=("throughput", "overhead", "memory"),
-                   help="run one part only (default: all three)")
+    p.add_argument("--only", choices=("throughput", "floor", "overhead", "memory"),
+                   help="run one part only (default: all four)")
     args = p.parse_args()
     if args.only in (None, "throughput"):
-        direct, interposed, cpu_direct, cpu_rv, w_direct, w_rv = throughput(
-            args.var_mib, args.num_vars, args.reps)
-        ratios = sorted(i / d for d, i in zip(direct, interposed))
-        print(f"| RecvTensor throughput, {args.num_vars} x {args.var_mib} MiB, median of "
-              f"{args.reps} | direct {statistics.median(direct):.2f} GiB/s | rendezvous "
-              f"{statistics.median(interposed):.2f} GiB/s | ratio per rep: median "
-              f"{statistics.median(ratios):.2f}, range {ratios[0]:.2f}-{ratios[-1]:.2f} |",
-              flush=True)
-        print(f"| PS process CPU per GiB sent | direct {cpu_direct:.2f} s | with rendezvous "
-              f"{cpu_rv:.2f} s | rendezvous {cpu_rv - cpu_direct:+.2f} s |", flush=True)
-        print(f"| PS + worker CPU per GiB | direct {cpu_direct + w_direct:.2f} s | with "
-              f"rendezvous {cpu_rv + w_rv:.2f} s |", flush=True)
+        throughput_table(args.var_mib, args.num_vars, args.reps)
+    if args.only in (None, "floor"):
+        floor_table(args.floor_mib, args.reps)
     if args.only in (None, "overhead"):
         overhead_table(args.overhead_steps)
     if args.only in (None, "memory"):
         memory_table(args.rss_steps)
+
+
+def ratio_cells(direct: list[float], other: list[float]) -> str:
+    """Per-rep ratio median with its bootstrap 95 % interval, and range."""
+    ratios = sorted(o / d for d, o in zip(direct, other))
+    lo, hi = median_ci(ratios)
+    return (f"median {statistics.median(ratios):.2f} (95 % CI {lo:.2f}-{hi:.2f}), "
+            f"range {ratios[0]:.2f}-{ratios[-1]:.2f}")
+
+
+def throughput_table(var_mib: int, num_vars: int, reps: int) -> None:
+    direct, interposed, cpu_direct, cpu_rv, w_direct, w_rv = throughput(
+        var_mib, num_vars, reps)
+    print(f"| RecvTensor throughput, {num_vars} x {var_mib} MiB, {reps} reps ABBA | direct "
+          f"{statistics.median(direct):.2f} GiB/s | rendezvous "
+          f"{statistics.median(interposed):.2f} GiB/s | ratio per rep: "
+          f"{ratio_cells(direct, interposed)} |", flush=True)
+    print(f"| PS process CPU per GiB sent | direct {cpu_direct:.2f} s | with rendezvous "
+          f"{cpu_rv:.2f} s | rendezvous {cpu_rv - cpu_direct:+.2f} s |", flush=True)
+    print(f"| PS + worker CPU per GiB | direct {cpu_direct + w_direct:.2f} s | with "
+          f"rendezvous {cpu_rv + w_rv:.2f} s | if CPU-bound on 2 cores: "
+          f"{(cpu_direct + w_direct) / (cpu_rv + w_rv):.2f} |", flush=True)
+
+
+def floor_table(mib: int, reps: int) -> None:
+    direct, forwarded = floor(mib, reps)
+    print(f"| raw TCP, {mib} MiB, copy-only forwarder, {reps} reps ABBA | direct "
+          f"{statistics.median(direct):.2f} GiB/s | forwarded "
+          f"{statistics.median(forwarded):.2f} GiB/s | ratio per rep: "
+          f"{ratio_cells(direct, forwarded)} |", flush=True)
 
 
 def overhead_table(steps: int) -> None:
@@ -175,9 +327,11 @@ def overhead_table(steps: int) -> None:
 
 
 def memory_table(rss_steps: int) -> None:
-    before, at_100, at_n = memory(rss_steps)
-    print(f"| PS+rendezvous RSS | start {before:.0f} MiB | 100 steps {at_100:.0f} MiB | "
-          f"{rss_steps} steps {at_n:.0f} MiB |", flush=True)
+    rss, stats = memory(rss_steps)
+    points = ", ".join(f"{k}: {v:.0f}" for k, v in rss.items())
+    print(f"| PS + rendezvous RSS (MiB) by step, schedule installed | {points} |",
+          flush=True)
+    print(f"| gate after {rss_steps} steps | {json.dumps(stats)} |", flush=True)
 
 
 if __name__ == "__main__":

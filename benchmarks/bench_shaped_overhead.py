@@ -166,8 +166,11 @@ def report(args: argparse.Namespace, shaped: bool, link: dict | None, r: dict) -
           f"{_q(r['step_seconds']['0'], .75) * 1e3:.0f} ms")
     print(f"rendezvous saw steps per destination: {r['rendezvous_steps_by_worker']} "
           f"(the direct worker must not appear)")
-    print(f"target (issue): overhead <= 3 % at 1 Gbit/s -> "
-          f"{'met' if st[0] / st[1] <= 1.03 else 'NOT met'} in this run")
+    if shaped and netns.rate_bits(args.rate) == 10 ** 9:
+        print(f"target (issue): overhead <= 3 % at 1 Gbit/s -> "
+              f"{'met' if st[0] / st[1] <= 1.03 else 'NOT met'} in this run")
+    else:
+        print("(the issue's <= 3 % target is stated for a shaped 1 Gbit/s link)")
 
 
 def main() -> None:

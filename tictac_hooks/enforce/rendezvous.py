@@ -22,7 +22,11 @@ reading, so backpressure goes to the sender's TCP window and HTTP/2 flow control
 than into a queue. What is left is the kernel's two extra socket copies per byte.
 (Splicing large DATA payloads socket -> kernel pipe -> socket instead was tried and
 left out: on loopback it saved the PS little CPU and made the worker's copies dearer, so
-PS + worker CPU per GiB and the throughput ratio both got worse.)
+PS + worker CPU per GiB and the throughput ratio both got worse. perf on a raw-socket
+model of it shows why: the receiver then copies pages the sender wrote long before,
+no longer in cache, and its copy takes twice as long, 0.24 instead of 0.12 CPU-s per
+GiB, for any pipe size from 64 KiB to 1 MiB. ``benchmarks/bench_rendezvous.py --only
+floor`` measures what one extra copying hop costs with no rendezvous logic at all.)
 
 Routing: gRPC clients wait for the server's SETTINGS before they send a request, so
 the interposer greets each connection with an empty SETTINGS frame (and later drops the
