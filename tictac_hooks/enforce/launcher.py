@@ -275,9 +275,8 @@ class LocalCluster:
         popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                      env=self.child_env(), preexec_fn=die_with_parent)
         host = self.host(job, index) if self.network is not None else None
-        proc = on_lasting_thread(
-            lambda: self.network.run(host, argv, **popen) if host is not None
-            else subprocess.Popen(argv, **popen))
+        proc = (self.network.run(host, argv, **popen) if host is not None
+                else on_lasting_thread(lambda: subprocess.Popen(argv, **popen)))
         log.close()
         private = self.ps_private_addresses[index] if job == "ps" else None
         task = Task(job, index, self.spec[job][index], proc, log_path, private, host)
@@ -300,7 +299,7 @@ class LocalCluster:
             return self.spawn(argv, **popen)
         popen.setdefault("env", self.child_env())
         popen.setdefault("preexec_fn", die_with_parent)
-        proc = on_lasting_thread(lambda: self.network.run(host, list(argv), **popen))
+        proc = self.network.run(host, list(argv), **popen)
         self._extra.append(proc)
         return proc
 
