@@ -161,16 +161,18 @@ def floor(mib: int, reps: int) -> tuple[list[float], list[float]]:
     procs, pipes = [], {}
     try:
         for path in ("direct", "forwarded"):
-            rl = socket.create_server(("127.0.0.1", 0))
-            done_r, done_w = os.pipe()
-            procs.append(_fork_child(_floor_receiver, rl, nbytes, done_w))
-            port = rl.getsockname()[1]
+            with socket.create_server(("127.0.0.1", 0)) as rl:
+                done_r, done_w = os.pipe()
+                procs.append(_fork_child(_floor_receiver, rl, nbytes, done_w))
+                os.close(done_w)
+                port = rl.getsockname()[1]
             if path == "forwarded":
-                fl = socket.create_server(("127.0.0.1", 0))
-                procs.append(_fork_child(_floor_forwarder, fl, port))
-                port = fl.getsockname()[1]
+                with socket.create_server(("127.0.0.1", 0)) as fl:
+                    procs.append(_fork_child(_floor_forwarder, fl, port))
+                    port = fl.getsockname()[1]
             go_r, go_w = os.pipe()
             procs.append(_fork_child(_floor_sender, port, nbytes, go_r))
+            os.close(go_r)
             pipes[path] = (go_w, done_r)
         rates: dict[str, list[float]] = {"direct": [], "forwarded": []}
         for rep in range(reps + 1):
@@ -184,8 +186,9 @@ def floor(mib: int, reps: int) -> tuple[list[float], list[float]]:
                     rates[path].append(mib / 1024 / (time.perf_counter() - t))
         return rates["direct"], rates["forwarded"]
     finally:
-        for go_w, _ in pipes.values():
+        for go_w, done_r in pipes.values():
             os.close(go_w)
+            os.close(done_r)
         for pid in procs:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -239,12 +242,12 @@ def overhead(steps: int) -> tuple[float, float]:
 
 
 def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
-    """PS (+ rendezvous) RSS in MiB at 0 (after the first step), 100, then every tenth
-    of ``rss_steps`` steps, with a schedule installed from step 1 on (every step
-    goes through the gate's per-step state); and the gate's totals at the end."""
-    with LocalCluster(num_ps=1, num_workers=1, rendezvous=True) as c:
+    """PS (+ rendezvous) RSS in MiB after the first scheduled step (0), at step 100,
+    then every tenth of ``rss_steps`` steps, with a schedule installed (every step goes
+    through the gate's per-step state); and the gate's state at the end."""
+    with LocalCluster(num_ps=1, num_workers=1, rendezvous=True) as c, \
+            RendezvousClient(c.ps_addresses[0]) as client:
         pid = c.task("ps", 0).process.pid
-        client = RendezvousClient(c.ps_addresses[0])
         g, init, train = comm_heavy_model(0, num_vars=4, var_mib=1)
         with tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g) as s:
             s.run(init)
@@ -256,7 +259,8 @@ def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
             client.install(Schedule.from_order("memory", list(reversed(served))))
             s.run(train)
             rss = {0: rss_mib(pid)}
-            marks = sorted({100, *range(rss_steps // 10, rss_steps + 1, rss_steps // 10)})
+            tenth = max(1, rss_steps // 10)
+            marks = sorted({min(100, rss_steps), *range(tenth, rss_steps + 1, tenth)})
             done = 0
             for mark in marks:
                 for _ in range(mark - done):
