@@ -8,8 +8,9 @@
    ratio, and the ratio the CPU figures predict if both paths were CPU-bound (on 2
    cores shared by PS, rendezvous and worker, they nearly are).
 2. The floor: raw TCP between two processes, direct vs through a forwarder process
-   that only copies (no HTTP/2, no gate). What one extra copying hop costs on this
-   machine, whatever forwards.
+   that only copies (no HTTP/2, no gate); then RecvTensor from three PS of one cluster,
+   direct, behind such a copy-only forwarder, and behind the rendezvous (both in their
+   PS's process). What one extra copying hop costs on this machine, whatever forwards.
 3. Step-time overhead with no schedule installed on a communication-heavy model
    (worker 0 reaches the PS through the rendezvous, worker 1 directly; alternating).
 4. PS (+ rendezvous) RSS over --rss-steps training steps with a schedule installed,
@@ -24,21 +25,28 @@ Loopback only; bench_shaped_overhead.py measures a shaped link.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import socket
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tictac_hooks.enforce.client import RendezvousClient  # noqa: E402
-from tictac_hooks.enforce.launcher import LocalCluster  # noqa: E402
+from tictac_hooks.enforce.launcher import LocalCluster, repo_pythonpath  # noqa: E402
+from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread  # noqa: E402
+from tictac_hooks.enforce.server import free_port  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
@@ -241,6 +249,113 @@ def overhead(steps: int) -> tuple[float, float]:
         return statistics.median(times[1]), statistics.median(times[0])
 
 
+# -- TensorFlow through a copy-only forwarder: the best any interposer could do -------
+
+FORWARDER_KINDS = ("direct", "copy-only", "rendezvous")
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    buf = bytearray(FLOOR_CHUNK)
+    view = memoryview(buf)
+    try:
+        while n := src.recv_into(buf):
+            dst.sendall(view[:n])
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
+def _copy_forwarder(listen_port: int, upstream_port: int) -> None:
+    """Forwards every connection to ``listen_port`` to ``upstream_port``, byte for
+    byte: two blocking threads per connection, nothing parsed (the GIL is released
+    in every recv and send, so the two directions and connections run in parallel)."""
+    lsock = socket.create_server(("127.0.0.1", listen_port))
+
+    def accept() -> None:
+        while True:
+            client, _ = lsock.accept()
+            upstream = socket.create_connection(("127.0.0.1", upstream_port))
+            for sock in (client, upstream):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+    threading.Thread(target=accept, daemon=True).start()
+
+
+def forwarder_task(cfg: dict[str, Any]) -> None:
+    """A task of the forwarders cluster (run as a child process): a worker, or a PS
+    whose TensorFlow server listens on the spec's port (direct) or on a private port
+    behind a copy-only forwarder or the TicTac rendezvous, in this process."""
+    from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+
+    spec = tf.train.ClusterSpec(cfg["spec"])
+    job, index, kind = cfg["job"], cfg["index"], cfg["kind"]
+    public = int(cfg["spec"][job][index].rsplit(":", 1)[1])
+    port = public if kind == "direct" else cfg["private"]
+    server_def = tf.train.ServerDef(cluster=spec.as_cluster_def(), job_name=job,
+                                    task_index=index, protocol="grpc", port=port)
+    server = tf.distribute.Server(server_def, start=True)
+    if kind == "copy-only":
+        _copy_forwarder(public, port)
+    elif kind == "rendezvous":
+        RendezvousThread(Rendezvous(f"127.0.0.1:{public}", f"127.0.0.1:{port}")).start()
+    server.join()
+
+
+def forwarders(var_mib: int, num_vars: int, reps: int) -> dict[str, list[float]]:
+    """One worker reading the same amount from three PS: direct, behind a copy-only
+    forwarder, behind the rendezvous (each forwarder in its PS's process, as the
+    rendezvous runs under ``tictac ps``). GiB/s per rep for each; the order of the
+    three rotates every rep."""
+    ports: list[int] = []
+    while len(ports) < 6:  # 3 PS, 1 worker, 2 private: all distinct
+        if (port := free_port()) not in ports:
+            ports.append(port)
+    spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:3]], "worker": [f"127.0.0.1:{ports[3]}"]}
+    tasks = [dict(job="ps", index=i, kind=k, private=ports[4 + i - 1] if i else 0)
+             for i, k in enumerate(FORWARDER_KINDS)]
+    tasks.append(dict(job="worker", index=0, kind="direct", private=0))
+    procs = []
+    try:
+        for t in tasks:
+            argv = [sys.executable, os.path.abspath(__file__), "--forwarder-task",
+                    json.dumps(dict(t, spec=spec))]
+            procs.append(on_lasting_thread(lambda a=argv: subprocess.Popen(
+                a, preexec_fn=die_with_parent, stdout=subprocess.DEVNULL,
+                env=dict(os.environ, PYTHONPATH=repo_pythonpath()))))
+        for address in spec["ps"] + spec["worker"]:
+            with grpc.insecure_channel(address) as channel:
+                grpc.channel_ready_future(channel).result(timeout=120)
+        g = tf.Graph()
+        with g.as_default():
+            fetch = []
+            for ps in range(3):
+                with tf.device(f"/job:ps/task:{ps}"):
+                    vs = [tf.compat.v1.get_variable(
+                        f"f{ps}_{i}", shape=[var_mib << 18],
+                        initializer=tf.compat.v1.ones_initializer()) for i in range(num_vars)]
+                with tf.device("/job:worker/task:0"):
+                    fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
+            init = tf.compat.v1.global_variables_initializer()
+        rates: dict[str, list[float]] = {k: [] for k in FORWARDER_KINDS}
+        gib = var_mib * num_vars / 1024
+        with tf.compat.v1.Session("grpc://" + spec["worker"][0], graph=g) as s:
+            s.run(init)
+            s.run(fetch)
+            for rep in range(reps):
+                for ps in (rep % 3, (rep + 1) % 3, (rep + 2) % 3):
+                    t = time.perf_counter()
+                    s.run(fetch[ps])
+                    rates[FORWARDER_KINDS[ps]].append(gib / (time.perf_counter() - t))
+        return rates
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
     """PS (+ rendezvous) RSS in MiB after the first scheduled step (0), at step 100,
     then every tenth of ``rss_steps`` steps, with a schedule installed (every step goes
@@ -282,11 +397,15 @@ def main() -> None:
     p.add_argument("--rss-steps", type=int, default=10000)
     p.add_argument("--only", choices=("throughput", "floor", "overhead", "memory"),
                    help="run one part only (default: all four)")
+    p.add_argument("--forwarder-task", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.forwarder_task:
+        forwarder_task(json.loads(args.forwarder_task))
+        return
     if args.only in (None, "throughput"):
         throughput_table(args.var_mib, args.num_vars, args.reps)
     if args.only in (None, "floor"):
-        floor_table(args.floor_mib, args.reps)
+        floor_table(args.floor_mib, args.reps, args.var_mib, args.num_vars)
     if args.only in (None, "overhead"):
         overhead_table(args.overhead_steps)
     if args.only in (None, "memory"):
@@ -315,12 +434,18 @@ def throughput_table(var_mib: int, num_vars: int, reps: int) -> None:
           f"{(cpu_direct + w_direct) / (cpu_rv + w_rv):.2f} |", flush=True)
 
 
-def floor_table(mib: int, reps: int) -> None:
+def floor_table(mib: int, reps: int, var_mib: int, num_vars: int) -> None:
     direct, forwarded = floor(mib, reps)
     print(f"| raw TCP, {mib} MiB, copy-only forwarder, {reps} reps ABBA | direct "
           f"{statistics.median(direct):.2f} GiB/s | forwarded "
           f"{statistics.median(forwarded):.2f} GiB/s | ratio per rep: "
           f"{ratio_cells(direct, forwarded)} |", flush=True)
+    rates = forwarders(var_mib, num_vars, reps)
+    for kind in FORWARDER_KINDS[1:]:
+        print(f"| RecvTensor, {num_vars} x {var_mib} MiB, PS behind a {kind} forwarder, "
+              f"{reps} reps rotating | direct {statistics.median(rates['direct']):.2f} GiB/s "
+              f"| {kind} {statistics.median(rates[kind]):.2f} GiB/s | ratio per rep: "
+              f"{ratio_cells(rates['direct'], rates[kind])} |", flush=True)
 
 
 def overhead_table(steps: int) -> None:
