@@ -67,23 +67,30 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def read_graph(num_ps: int, var_mib: int, num_vars: int):
+    """(graph, initializer, one fetch per PS): worker 0 reads ``num_vars`` variables of
+    ``var_mib`` MiB from that PS (and sums them, so every byte is used)."""
+    g = tf.Graph()
+    with g.as_default():
+        fetch = []
+        for ps in range(num_ps):
+            with tf.device(f"/job:ps/task:{ps}"):
+                vs = [tf.compat.v1.get_variable(
+                    f"v{ps}_{i}", shape=[var_mib << 18],
+                    initializer=tf.compat.v1.ones_initializer()) for i in range(num_vars)]
+            with tf.device("/job:worker/task:0"):
+                fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
+        init = tf.compat.v1.global_variables_initializer()
+    return g, init, fetch
+
+
 def throughput(var_mib: int, num_vars: int, reps: int
                ) -> tuple[list[float], list[float], float, float, float, float]:
     """(direct GiB/s per rep, interposed GiB/s per rep, PS CPU s/GiB direct and
     interposed, worker CPU s/GiB direct and interposed). The fetches alternate ABBA
     (direct, interposed, interposed, direct, ...), so neither path always goes first."""
     with LocalCluster(num_ps=2, num_workers=1, rendezvous=[False, True]) as c:
-        g = tf.Graph()
-        with g.as_default():
-            fetch = []
-            for ps in range(2):
-                with tf.device(f"/job:ps/task:{ps}"):
-                    vs = [tf.compat.v1.get_variable(
-                        f"v{ps}_{i}", shape=[var_mib << 18],
-                        initializer=tf.compat.v1.ones_initializer()) for i in range(num_vars)]
-                with tf.device("/job:worker/task:0"):
-                    fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
-            init = tf.compat.v1.global_variables_initializer()
+        g, init, fetch = read_graph(2, var_mib, num_vars)
         times = {0: [], 1: []}
         cpu = {0: 0.0, 1: 0.0}
         worker_cpu = {0: 0.0, 1: 0.0}
@@ -327,17 +334,7 @@ def forwarders(var_mib: int, num_vars: int, reps: int) -> dict[str, list[float]]
         for address in spec["ps"] + spec["worker"]:
             with grpc.insecure_channel(address) as channel:
                 grpc.channel_ready_future(channel).result(timeout=120)
-        g = tf.Graph()
-        with g.as_default():
-            fetch = []
-            for ps in range(3):
-                with tf.device(f"/job:ps/task:{ps}"):
-                    vs = [tf.compat.v1.get_variable(
-                        f"f{ps}_{i}", shape=[var_mib << 18],
-                        initializer=tf.compat.v1.ones_initializer()) for i in range(num_vars)]
-                with tf.device("/job:worker/task:0"):
-                    fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
-            init = tf.compat.v1.global_variables_initializer()
+        g, init, fetch = read_graph(3, var_mib, num_vars)
         rates: dict[str, list[float]] = {k: [] for k in FORWARDER_KINDS}
         gib = var_mib * num_vars / 1024
         with tf.compat.v1.Session("grpc://" + spec["worker"][0], graph=g) as s:
