@@ -128,6 +128,18 @@ def median_ci(values: list[float], level: float = 0.95, resamples: int = 2000,
 FLOOR_CHUNK = 4 << 20
 
 
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    buf = bytearray(FLOOR_CHUNK)
+    view = memoryview(buf)
+    try:
+        while n := src.recv_into(buf):
+            dst.sendall(view[:n])
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+
+
 def _floor_receiver(lsock: socket.socket, nbytes: int, done: int) -> None:
     conn, _ = lsock.accept()
     buf = bytearray(FLOOR_CHUNK)
@@ -146,13 +158,7 @@ def _floor_forwarder(lsock: socket.socket, target: int) -> None:
     b = socket.create_connection(("127.0.0.1", target))
     for sock in (a, b):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    buf = bytearray(FLOOR_CHUNK)
-    view = memoryview(buf)
-    while True:
-        n = a.recv_into(buf)
-        if not n:
-            return
-        b.sendall(view[:n])
+    _pump(a, b)
 
 
 def _floor_sender(port: int, nbytes: int, go: int) -> None:
@@ -261,18 +267,6 @@ def overhead(steps: int) -> tuple[float, float]:
 FORWARDER_KINDS = ("direct", "copy-only", "rendezvous")
 
 
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    buf = bytearray(FLOOR_CHUNK)
-    view = memoryview(buf)
-    try:
-        while n := src.recv_into(buf):
-            dst.sendall(view[:n])
-    except OSError:
-        pass
-    with contextlib.suppress(OSError):
-        dst.shutdown(socket.SHUT_WR)
-
-
 def _copy_forwarder(listen_port: int, upstream_port: int) -> None:
     """Forwards every connection to ``listen_port`` to ``upstream_port``, byte for
     byte: two blocking threads per connection, nothing parsed (the GIL is released
@@ -320,7 +314,7 @@ def forwarders(var_mib: int, num_vars: int, reps: int) -> dict[str, list[float]]
         if (port := free_port()) not in ports:
             ports.append(port)
     spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:3]], "worker": [f"127.0.0.1:{ports[3]}"]}
-    tasks = [dict(job="ps", index=i, kind=k, private=ports[4 + i - 1] if i else 0)
+    tasks = [dict(job="ps", index=i, kind=k, private=ports[3 + i] if i else 0)
              for i, k in enumerate(FORWARDER_KINDS)]
     tasks.append(dict(job="worker", index=0, kind="direct", private=0))
     procs = []
