@@ -24,25 +24,39 @@ def window_bytes_arg(text: str) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "ps", help="run a PS task behind the TicTac rendezvous",
-        description="Start this PS task's TensorFlow server on a private port and the "
-                    "TicTac rendezvous on the address the cluster spec names for it.")
+        "ps", help="run a PS task with the TicTac gate",
+        description="Start this PS task's TensorFlow server with the TicTac gate. Native "
+                    "backend (default): the gate runs inside the PS's gRPC server "
+                    "(protocol grpc+tictac) on the address the cluster spec names. Proxy "
+                    "backend: the TensorFlow server binds a private port and the HTTP/2 "
+                    "rendezvous listens on the cluster-spec address in front of it.")
     _task_arguments(p)
+    p.add_argument("--backend", choices=("native", "proxy"), default="native",
+                   help="where the gate runs (default native; proxy: a sidecar for PS "
+                        "images that cannot load the library)")
     p.add_argument("--private-port", type=int, default=0,
-                   help="the TensorFlow server's own port (default: a free one)")
+                   help="proxy: the TensorFlow server's own port (default: a free one)")
     p.add_argument("--bind-host", default="127.0.0.1",
-                   help="where the rendezvous listens (default 127.0.0.1; 0.0.0.0 to "
-                        "serve other machines)")
+                   help="proxy: where the rendezvous listens (default 127.0.0.1; 0.0.0.0 "
+                        "to serve other machines)")
     p.add_argument("--skip-after", type=float, default=0.5, metavar="SECONDS",
                    help="skip a scheduled transfer that has not come this long after the "
                         "last hand-back while later ones wait (default 0.5)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
-                   help="look-ahead window: a scheduled transfer may go before the one "
-                        "ahead of it is answered while at most this many bytes are in "
+                   help="proxy: look-ahead window: a scheduled transfer may go before the "
+                        "one ahead of it is answered while at most this many bytes are in "
                         "flight (default 1048576; 0: strictly one at a time)")
     p.add_argument("--no-rendezvous", action="store_true",
                    help="run a plain TensorFlow server on the cluster-spec address")
     p.set_defaults(func=_ps, job="ps")
+
+    p = sub.add_parser(
+        "build", help="build the native gate for this TensorFlow (cached) and say where",
+        description="Compile the native TicTac gate against the TensorFlow installed here "
+                    "(once per TensorFlow, compiler and source version; cached per user) "
+                    "and print where the library is and what it was built against.")
+    p.add_argument("--force", action="store_true", help="rebuild even if cached")
+    p.set_defaults(func=_build)
 
     p = sub.add_parser(
         "server", help="run a plain TensorFlow server task (e.g. a worker)",
@@ -52,8 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_server)
 
     p = sub.add_parser(
-        "schedule", help="install, clear or read the schedule at PS rendezvous",
-        description="Talk to the TicTac rendezvous of one or more PS tasks.")
+        "schedule", help="install, clear or read the schedule at the PS gates",
+        description="Talk to the TicTac gate of one or more PS tasks (either backend).")
     ssub = p.add_subparsers(dest="schedule_command", metavar="ACTION")
     ssub.required = True
     for name, help_text, func in (
@@ -145,7 +159,14 @@ def _ps(args: argparse.Namespace) -> int:
               f"{spec[job][index]}", flush=True)
         server.join()
         return 0
-    server = TicTacServer(spec, job_name=job, task_index=index,
+    if args.backend == "native":
+        server = TicTacServer(spec, job_name=job, task_index=index, backend="native",
+                              skip_after_s=args.skip_after)
+        print(f"tictac ps: {job}:{index} native gate (grpc+tictac) on "
+              f"{server.public_address}", flush=True)
+        server.join()
+        return 0
+    server = TicTacServer(spec, job_name=job, task_index=index, backend="proxy",
                           private_port=args.private_port, bind_host=args.bind_host,
                           gate=Gate(skip_after_s=args.skip_after, **(
                               {} if args.window_bytes is None
@@ -153,6 +174,16 @@ def _ps(args: argparse.Namespace) -> int:
     print(f"tictac ps: {job}:{index} rendezvous on {server.rendezvous.address}, "
           f"TensorFlow server on {server.private_address}", flush=True)
     server.join()
+    return 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from tictac_hooks.enforce.native.build import build
+
+    info = build(force=args.force)
+    print(f"tictac build: {'cached' if info.cached else f'built in {info.seconds:.0f} s'}: "
+          f"{info.path} (TensorFlow {info.tf_version}, {info.compiler})", file=sys.stderr)
+    print(json.dumps(info.to_json(), indent=1))
     return 0
 
 

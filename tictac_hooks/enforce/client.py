@@ -1,10 +1,17 @@
-"""Python client for the rendezvous's control service (``/tictac.Rendezvous/*``).
+"""Clients of the TicTac gate at a PS, one interface for both backends.
+
+:func:`connect` returns a :class:`GateClient` for a PS address: a
+:class:`~tictac_hooks.enforce.native.client.NativeClient` for a native PS (protocol
+``grpc+tictac``; control through TensorFlow ops on the PS device) or a
+:class:`RendezvousClient` for a PS behind the HTTP/2 interposer (its control service
+``/tictac.Rendezvous/*``). ``backend="auto"`` (the default) tells them apart: the
+interposer answers its Ping, a TensorFlow server answers UNIMPLEMENTED.
 
 Example:
-  from tictac_hooks.enforce.client import RendezvousClient, install_everywhere
+  from tictac_hooks.enforce.client import connect, install_everywhere
   from tictac_hooks.graph.schedule import Schedule
   results = install_everywhere(["127.0.0.1:2222"], Schedule.load("order.json"))
-  stats = RendezvousClient("127.0.0.1:2222").stats()
+  stats = connect("127.0.0.1:2222").stats()
 """
 
 from __future__ import annotations
@@ -21,16 +28,44 @@ from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 
 class RendezvousError(ConnectionError):
-    """The control service could not be reached, or refused a request."""
+    """A PS's TicTac gate could not be reached, or refused a request (both backends)."""
 
 
-class RendezvousClient:
+GateError = RendezvousError
+BACKENDS = ("native", "proxy")
+
+
+class GateClient:
+    """What every backend's client offers (see :class:`RendezvousClient` for the
+    meaning of each call)."""
+
+    address: str
+    backend: str
+
+    def ping(self) -> bool: ...
+    def install(self, schedule: Schedule, skip_after_s: float | None = None,
+                window_bytes: int | None = None) -> InstallResult: ...
+    def clear(self) -> int: ...
+    def stats(self, include_active: bool = True) -> dict[str, Any]: ...
+    def served_names(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "GateClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class RendezvousClient(GateClient):
     """Talks to one PS's rendezvous at ``address`` (the PS's address in the cluster spec).
 
     Args:
       address: ``HOST:PORT``.
       timeout_s: per call (default 10 s).
     """
+
+    backend = "proxy"
 
     def __init__(self, address: str, timeout_s: float = 10.0) -> None:
         self.address = address
@@ -40,12 +75,6 @@ class RendezvousClient:
 
     def close(self) -> None:
         self._channel.close()
-
-    def __enter__(self) -> "RendezvousClient":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def _call(self, verb: str, body: dict[str, Any] | None = None) -> Any:
         method = self._channel.unary_unary(CONTROL_PREFIX + verb)
@@ -99,6 +128,35 @@ class RendezvousClient:
         return list(self._call("Served")["names"])
 
 
+_DETECTED: dict[str, str] = {}  # address -> backend, as found by connect("auto")
+
+
+def connect(address: str, timeout_s: float = 10.0, backend: str = "auto") -> GateClient:
+    """A client for the TicTac gate of the PS at ``address`` (its cluster-spec address).
+
+    Args:
+      backend: "native", "proxy", or "auto" (default: asks the PS which it runs).
+    """
+    if backend not in ("auto",) + BACKENDS:
+        raise ValueError(f"backend must be one of auto, native, proxy; got {backend!r}")
+    if backend == "auto":
+        backend = _DETECTED.get(address, "")
+        if not backend:
+            with RendezvousClient(address, timeout_s) as probe:
+                try:
+                    probe.ping()
+                    backend = "proxy"
+                except RendezvousError as e:
+                    if "no TicTac rendezvous" not in str(e):
+                        raise  # not reachable at all
+                    backend = "native"  # a TensorFlow server answered
+            _DETECTED[address] = backend
+    if backend == "proxy":
+        return RendezvousClient(address, timeout_s)
+    from tictac_hooks.enforce.native.client import NativeClient
+    return NativeClient(address, timeout_s)
+
+
 def install_everywhere(addresses: Sequence[str], schedule: Schedule,
                        timeout_s: float = 10.0, skip_after_s: float | None = None,
                        window_bytes: int | None = None) -> dict[str, InstallResult]:
@@ -107,7 +165,7 @@ def install_everywhere(addresses: Sequence[str], schedule: Schedule,
     matches any scheduled name (a schedule for another model?)."""
     results = {}
     for address in addresses:
-        with RendezvousClient(address, timeout_s) as client:
+        with connect(address, timeout_s) as client:
             results[address] = client.install(schedule, skip_after_s=skip_after_s,
                                               window_bytes=window_bytes)
     check_matches(schedule, results.values())
@@ -128,7 +186,7 @@ def check_matches(schedule: Schedule, results: Iterable[InstallResult]) -> None:
 
 def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> None:
     for address in addresses:
-        with RendezvousClient(address, timeout_s) as client:
+        with connect(address, timeout_s) as client:
             client.clear()
 
 
@@ -137,7 +195,7 @@ def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> dict[
     each step record naming its ``ps``."""
     merged: dict[str, Any] = {"ps": {}, "steps": []}
     for address in addresses:
-        with RendezvousClient(address, timeout_s) as client:
+        with connect(address, timeout_s) as client:
             stats = client.stats()
         steps = stats.pop("steps")
         merged["ps"][address] = stats

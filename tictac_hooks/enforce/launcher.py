@@ -1,14 +1,14 @@
 """Local clusters on localhost for tests, examples and benchmarks.
 
-:class:`LocalCluster` starts PS tasks (behind the TicTac rendezvous or not) and worker
-tasks as separate processes, waits until each answers gRPC, and tears every process
+:class:`LocalCluster` starts PS tasks (with the TicTac gate, native or behind the
+proxy, or plain) and worker tasks as separate processes, waits until each answers gRPC, and tears every process
 down on exit, also when the caller fails: each child runs in its own process group that
 is killed as a whole; a child dies with its parent (``PR_SET_PDEATHSIG`` on Linux); an
 ``atexit`` hook kills whatever is left.
 
 With ``network=`` a :class:`~tictac_hooks.enforce.netns.ShapedNetwork`, every task runs
 in its own network namespace behind a shaped link instead, at ``<host address>:2222``
-(a PS's TensorFlow server behind the rendezvous at ``:2223``); clients run there too,
+(a proxied PS's TensorFlow server behind the rendezvous at ``:2223``); clients run there too,
 through :meth:`LocalCluster.spawn_in`.
 
 Example:
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from tictac_hooks.enforce.netns import ShapedNetwork
 
 TASK_PORT = 2222  # every task's address in a shaped network: <its host>:TASK_PORT
-PRIVATE_PORT = 2223  # a PS's TensorFlow server behind the rendezvous, there
+PRIVATE_PORT = 2223  # a proxied PS's TensorFlow server behind the rendezvous, there
+BACKENDS = ("native", "proxy")
 
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
 
@@ -112,16 +113,18 @@ class LocalCluster:
     Args:
       num_ps: PS tasks (default 1).
       num_workers: worker tasks (default 1).
-      rendezvous: put the TicTac rendezvous in front of every PS (default True); a
-        sequence of bools chooses per PS.
+      rendezvous: give every PS the TicTac gate (default True); a sequence of bools
+        chooses per PS (False: a plain TensorFlow PS).
+      backend: where the gate runs: "native" (default; in the PS process, protocol
+        grpc+tictac) or "proxy" (the HTTP/2 rendezvous in front of the PS).
       chief: add a "chief" job with one address (for ParameterServerStrategy
         coordinators, which run in the caller's process or a client process).
-      skip_after_s: the rendezvous's skip bound (default: the Gate default).
-      window_bytes: the rendezvous's look-ahead window (default: the Gate default).
+      skip_after_s: the gate's skip bound (default: the gate default).
+      window_bytes: the proxy's look-ahead window (default: the Gate default).
       start_timeout_s: how long to wait for every task to answer (default 120).
       env: extra environment for the children.
       log_dir: where each task's stdout/stderr goes (default: a temporary directory).
-      direct_workers: indices of workers whose TensorFlow server gets
+      direct_workers: proxy only: indices of workers whose TensorFlow server gets
         :meth:`direct_spec` (they reach every PS without the rendezvous), to compare
         both paths in one cluster.
       network: an open :class:`~tictac_hooks.enforce.netns.ShapedNetwork` with hosts
@@ -132,11 +135,13 @@ class LocalCluster:
         the tasks then: run clients with :meth:`spawn_in`.
 
     The cluster spec names each PS's public address: the rendezvous's, when it has one.
-    ``ps_private_addresses[i]`` is the TensorFlow server behind it (the direct path).
+    ``ps_private_addresses[i]`` is the TensorFlow server behind it (the direct path; for
+    a native or plain PS, its public address).
     """
 
     def __init__(self, num_ps: int = 1, num_workers: int = 1,
                  rendezvous: bool | Sequence[bool] = True, chief: bool = False,
+                 backend: str = "native",
                  skip_after_s: float | None = None, window_bytes: int | None = None,
                  start_timeout_s: float = 120.0,
                  env: Mapping[str, str] | None = None, log_dir: str | None = None,
@@ -146,7 +151,15 @@ class LocalCluster:
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
             raise ValueError(f"rendezvous has {len(rendezvous)} entries for {num_ps} PS")
-        self.rendezvous = list(rendezvous)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if direct_workers and backend != "proxy":
+            raise ValueError("direct_workers needs backend='proxy' (a native PS has one "
+                             "address: compare against a plain PS instead)")
+        self.backend = backend
+        self.enforcing = list(rendezvous)
+        # PS tasks with a proxy in front (a private address behind the public one).
+        self.rendezvous = [rv and backend == "proxy" for rv in rendezvous]
         self.network = network
         jobs = {"ps": num_ps, "worker": num_workers, **({"chief": 1} if chief else {})}
         if network is None:
@@ -185,9 +198,11 @@ class LocalCluster:
         return list(self.spec["worker"])
 
     @property
-    def rendezvous_addresses(self) -> list[str]:
-        """The PS addresses that have a rendezvous (control service) behind them."""
-        return [a for a, rv in zip(self.spec["ps"], self.rendezvous) if rv]
+    def gate_addresses(self) -> list[str]:
+        """The PS addresses that have a TicTac gate (either backend)."""
+        return [a for a, on in zip(self.spec["ps"], self.enforcing) if on]
+
+    rendezvous_addresses = gate_addresses  # the name from before the native backend
 
     @staticmethod
     def host(job: str, index: int) -> str:
@@ -220,6 +235,9 @@ class LocalCluster:
         ``spec`` after ``start()``."""
         if self.tasks:
             return self  # already started (``with LocalCluster(...)`` starts it)
+        if self.backend == "native" and any(self.enforcing):
+            from tictac_hooks.enforce.native.build import build
+            build()  # once, here, rather than in every PS at once (cached afterwards)
         _LIVE.add(self)
         for attempt in range(3):
             try:
@@ -236,17 +254,19 @@ class LocalCluster:
         raise AssertionError("unreachable")
 
     def _start_once(self) -> "LocalCluster":
-        for i, rv in enumerate(self.rendezvous):
+        for i, (on, rv) in enumerate(zip(self.enforcing, self.rendezvous)):
             args = ["ps", "--cluster-spec", json.dumps(self.spec), "--task-index", str(i)]
+            if on:
+                args += ["--backend", self.backend]
+                if self.skip_after_s is not None:
+                    args += ["--skip-after", str(self.skip_after_s)]
             if rv:
                 args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
                 if self.network is not None:
                     args += ["--bind-host", self.network.address(self.host("ps", i))]
-                if self.skip_after_s is not None:
-                    args += ["--skip-after", str(self.skip_after_s)]
                 if self.window_bytes is not None:
                     args += ["--window-bytes", str(self.window_bytes)]
-            else:
+            elif not on:
                 args += ["--no-rendezvous"]
             self._start_task("ps", i, args)
         for i in range(len(self.spec["worker"])):

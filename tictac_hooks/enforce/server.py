@@ -1,5 +1,12 @@
-"""A drop-in for ``tf.distribute.Server`` for PS tasks: the TensorFlow server binds a
-private port, the TicTac rendezvous listens on the address the cluster spec names.
+"""A drop-in for ``tf.distribute.Server`` for PS tasks, with the TicTac gate.
+
+Two backends:
+- ``native`` (default): the PS process loads the TicTac library and serves with
+  protocol ``grpc+tictac``; the gate runs inside the PS's own gRPC worker service, on
+  the address the cluster spec names. No extra hop, no extra port.
+- ``proxy``: the TensorFlow server binds a private port and the HTTP/2 rendezvous
+  listens on the cluster-spec address in front of it (a sidecar, for PS images that
+  cannot load a library).
 
 TensorFlow is imported when a server is built, not at module import.
 """
@@ -16,6 +23,7 @@ from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
 
 DEFAULT_BIND_HOST = "127.0.0.1"
+NATIVE_PROTOCOL = "grpc+tictac"
 
 
 def _ephemeral_range() -> tuple[int, int]:
@@ -82,24 +90,29 @@ def cluster_from_tf_config(tf_config: str | Mapping[str, Any] | None = None
 
 
 class TicTacServer:
-    """A ``tf.distribute.Server`` with the TicTac rendezvous in front of it.
+    """A ``tf.distribute.Server`` for a PS task, with the TicTac gate.
 
-    The TensorFlow server binds ``private_port`` (``ServerDef.port``); the rendezvous
-    listens on this task's address in the cluster spec (port from the spec, host
-    ``bind_host``) and forwards everything to the TensorFlow server.
+    Native backend (default): a ``grpc+tictac`` server on this task's cluster-spec
+    address; the gate is in-process. Proxy backend: the TensorFlow server binds
+    ``private_port`` (``ServerDef.port``); the rendezvous listens on this task's address
+    in the cluster spec (port from the spec, host ``bind_host``) and forwards everything
+    to the TensorFlow server.
 
     Args:
       server_or_cluster_def: a ``tf.train.ClusterSpec``, ``ClusterDef``, ``ServerDef``
         or dict job -> list of addresses, as for ``tf.distribute.Server``.
       job_name: default "ps".
       task_index: default 0.
-      protocol: default "grpc" (the rendezvous needs gRPC).
+      protocol: default "grpc" (the wire protocol; the native backend serves it as
+        "grpc+tictac").
       config: a ``tf.compat.v1.ConfigProto`` for the TensorFlow server.
       start: start at once (default True).
-      private_port: the TensorFlow server's own port (default 0: a free one).
-      bind_host: where the rendezvous listens (default "127.0.0.1"; "0.0.0.0" or "[::]"
-        to serve other machines).
-      gate: the ordering gate (default ``Gate()``).
+      backend: "native" (default) or "proxy".
+      skip_after_s: the gate's skip bound (default: the gate's, 0.5 s).
+      private_port: proxy only: the TensorFlow server's own port (default 0: a free one).
+      bind_host: proxy only: where the rendezvous listens (default "127.0.0.1"; "0.0.0.0"
+        or "[::]" to serve other machines).
+      gate: proxy only: the ordering gate (default ``Gate()``).
 
     Example:
       server = TicTacServer({"ps": ["localhost:2222"], "worker": ["localhost:2223"]},
@@ -109,8 +122,13 @@ class TicTacServer:
 
     def __init__(self, server_or_cluster_def: Any, job_name: str | None = None,
                  task_index: int | None = None, protocol: str | None = None,
-                 config: Any = None, start: bool = True, *, private_port: int = 0,
+                 config: Any = None, start: bool = True, *, backend: str = "native",
+                 skip_after_s: float | None = None, private_port: int = 0,
                  bind_host: str = DEFAULT_BIND_HOST, gate: Gate | None = None) -> None:
+        if backend not in ("native", "proxy"):
+            raise ValueError(f"backend must be 'native' or 'proxy', got {backend!r}")
+        if skip_after_s is not None and not 0 < skip_after_s < float("inf"):
+            raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")
         import tensorflow as tf
 
         if isinstance(server_or_cluster_def, tf.train.ServerDef):
@@ -127,8 +145,8 @@ class TicTacServer:
                 protocol=protocol or "grpc")
             if config is not None:
                 server_def.default_session_config.CopyFrom(config)
-        if server_def.protocol not in ("", "grpc"):
-            raise ValueError(f"the TicTac rendezvous needs protocol 'grpc', got "
+        if server_def.protocol not in ("", "grpc", NATIVE_PROTOCOL):
+            raise ValueError(f"the TicTac gate needs protocol 'grpc', got "
                              f"{server_def.protocol!r}")
         spec = tf.train.ClusterSpec(server_def.cluster)
         try:
@@ -137,14 +155,34 @@ class TicTacServer:
             raise ValueError(f"the cluster spec has no task {server_def.job_name}:"
                              f"{server_def.task_index}: {spec.as_dict()}") from None
         _, public_port = split_address(public)
-        server_def.port = private_port or free_port()
-        self.server_def = server_def
+        self.backend = backend
         self.public_address = public
+        self.rendezvous = None
+        self._thread: RendezvousThread | None = None
+        self.server_def = server_def
+        if backend == "native":
+            from tictac_hooks.enforce.native.build import build, load
+            from tictac_hooks.enforce.native.cgate import CGate
+
+            load()
+            server_def.protocol = NATIVE_PROTOCOL
+            self.private_address = public  # the gate is inside this server
+            self._server = tf.distribute.Server(server_def, start=False)
+            self._cgate = CGate.server(build(quiet=True).path)
+            if self._cgate is None:
+                raise RuntimeError("the grpc+tictac server started without its gate")
+            if skip_after_s is not None:
+                self._cgate.control("configure", f"skip_after_s\t{float(skip_after_s)!r}\n")
+            if start:
+                self.start()
+            return
+        server_def.port = private_port or free_port()
         self.private_address = f"127.0.0.1:{server_def.port}"
         self._server = tf.distribute.Server(server_def, start=False)
+        if gate is None:
+            gate = Gate(**({} if skip_after_s is None else {"skip_after_s": skip_after_s}))
         host = bind_host if ":" not in bind_host or bind_host.startswith("[") else f"[{bind_host}]"
         self.rendezvous = Rendezvous(f"{host}:{public_port}", self.private_address, gate=gate)
-        self._thread: RendezvousThread | None = None
         if start:
             self.start()
 
@@ -155,16 +193,29 @@ class TicTacServer:
 
     @property
     def gate(self) -> Gate:
+        """The proxy's Python gate (the native gate is read with :meth:`stats`)."""
+        if self.rendezvous is None:
+            raise AttributeError("a native TicTacServer's gate is in C++: use stats()")
         return self.rendezvous.gate
+
+    def stats(self, include_active: bool = True) -> dict[str, Any]:
+        """This PS's gate summary and step records, as the clients return them."""
+        if self.rendezvous is None:
+            return {"ps": self.public_address, **self._cgate.control(
+                "stats", "active" if include_active else "finished")}
+        return self.rendezvous.stats(include_active)
 
     def start(self) -> None:
         self._server.start()
-        if self._thread is None:
+        if self.rendezvous is not None and self._thread is None:
             self._thread = RendezvousThread(self.rendezvous).start()
 
     def join(self) -> None:
-        """Blocks until the rendezvous stops (the TensorFlow server never stops)."""
-        self._thread.join()
+        """Blocks until the server stops (a TensorFlow server never stops by itself)."""
+        if self._thread is None:
+            self._server.join()
+        else:
+            self._thread.join()
 
     def stop(self) -> None:
         """Stops the rendezvous (TensorFlow servers cannot be stopped in-process)."""

@@ -1,0 +1,178 @@
+"""Control of a native PS (protocol ``grpc+tictac``) through TensorFlow's own runtime.
+
+The ``TictacControl`` op of the native library runs on the PS device, in a session whose
+target is the PS itself (its master places the op on its own CPU): no extra port. The
+client process loads the library only to build that op; it runs no server.
+
+Wire format of the ``install`` argument (``control.cc``): ``key<TAB>value`` lines
+(``algorithm``, ``skip_after_s``), a line ``order``, then ``name<TAB>priority`` lines.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from tictac_hooks.enforce.client import GateClient, RendezvousError
+from tictac_hooks.enforce.gate import InstallResult, check_window
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
+
+PS_JOB = "ps"
+
+
+class NativeGateError(RendezvousError):
+    """A native PS could not be reached, has no TicTac gate, or refused a request."""
+
+
+def install_argument(schedule: Schedule, skip_after_s: float | None = None) -> str:
+    if any("\t" in n or "\n" in n for n in schedule.order):
+        raise ScheduleError("transfer names must not contain TAB or newline characters")
+    head = [f"algorithm\t{schedule.algorithm}"]
+    if skip_after_s is not None:
+        head.append(f"skip_after_s\t{float(skip_after_s)!r}")
+    lines = head + ["order"] + [f"{n}\t{schedule.priority[n]}" for n in schedule.order]
+    return "\n".join(lines) + "\n"
+
+
+class NativeClient(GateClient):
+    """Talks to the native gate of the PS at ``address``.
+
+    Args:
+      address: ``HOST:PORT``, the PS's address in the cluster spec.
+      timeout_s: per call (default 10 s; TensorFlow's ``operation_timeout_in_ms``).
+      device: the PS's device, ``/job:ps/replica:0/task:<i>`` (default: asked of the
+        PS, whose own devices its master lists first).
+    """
+
+    backend = "native"
+
+    def __init__(self, address: str, timeout_s: float = 10.0, device: str | None = None) -> None:
+        from tictac_hooks.enforce.native.build import load
+
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        self.address = address
+        self.timeout_s = timeout_s
+        self._lib = load()
+        self._device = device
+        self._session = None
+        self._lock = threading.Lock()
+
+    def _config(self, device_filter: str) -> Any:
+        import tensorflow as tf
+
+        return tf.compat.v1.ConfigProto(
+            device_filters=[device_filter],
+            operation_timeout_in_ms=max(1, int(self.timeout_s * 1000)))
+
+    def _errors(self, e: Exception) -> Exception:
+        import tensorflow as tf
+
+        text = getattr(e, "message", str(e))
+        if "TictacControl" in text and ("not registered" in text or "NotFound" in text):
+            return NativeGateError(
+                f"the PS at {self.address} has no TicTac gate (a plain TensorFlow server?); "
+                "start PS tasks with `tictac ps` (protocol grpc+tictac)")
+        if isinstance(e, tf.errors.InvalidArgumentError):
+            return ScheduleError(f"PS at {self.address}: {text.strip().splitlines()[0]}")
+        if isinstance(e, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)):
+            return NativeGateError(
+                f"cannot reach the TicTac PS at {self.address} within {self.timeout_s:g} s "
+                f"({type(e).__name__}); is the PS running, and is this its address in the "
+                "cluster spec?")
+        return NativeGateError(f"PS at {self.address}: {type(e).__name__}: {text[:500]}")
+
+    def _discover(self) -> str:
+        import tensorflow as tf
+
+        g = tf.Graph()
+        with g.as_default(), tf.device(f"/job:{PS_JOB}"):
+            probe = tf.constant(0)
+        with tf.compat.v1.Session(f"grpc://{self.address}", graph=g,
+                                  config=self._config(f"/job:{PS_JOB}")) as s:
+            s.run(probe)  # creates the master session, so its devices are listed
+            devices = [d.name for d in s.list_devices()]
+        if not devices:
+            raise NativeGateError(f"the PS at {self.address} lists no devices")
+        name = devices[0]  # the master's own devices come first
+        return name[:name.index("/device:")] if "/device:" in name else name
+
+    def _open(self) -> None:
+        import tensorflow as tf
+
+        if self._device is None:
+            self._device = self._discover()
+        g = tf.Graph()
+        with g.as_default(), tf.device(self._device):
+            self._verb = tf.compat.v1.placeholder(tf.string, [])
+            self._arg = tf.compat.v1.placeholder(tf.string, [])
+            self._reply = self._lib.tictac_control(self._verb, self._arg)
+        self._session = tf.compat.v1.Session(f"grpc://{self.address}", graph=g,
+                                             config=self._config(self._device))
+
+    def call(self, verb: str, arg: str = "") -> Any:
+        """Runs one control verb on the PS; returns its JSON reply."""
+        with self._lock:
+            try:
+                if self._session is None:
+                    self._open()
+                reply = self._session.run(self._reply, {self._verb: verb, self._arg: arg})
+            except (ScheduleError, NativeGateError):
+                raise
+            except Exception as e:  # noqa: BLE001 - TensorFlow's errors, translated
+                self._close_session()
+                raise self._errors(e) from None
+        return json.loads(reply.decode())
+
+    def _close_session(self) -> None:
+        if self._session is not None:
+            try:
+                self._session.close()
+            except Exception:  # noqa: BLE001 - closing a session to a dead PS
+                pass
+            self._session = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_session()
+
+    @property
+    def device(self) -> str | None:
+        return self._device
+
+    # -- the GateClient interface ---------------------------------------------------------
+
+    def ping(self) -> bool:
+        """True if the PS answers and enforces (its gate runs in a grpc+tictac server)."""
+        reply = self.call("ping")
+        if not reply.get("enforcing"):
+            raise NativeGateError(
+                f"the PS at {self.address} loaded the TicTac library but serves with plain "
+                "gRPC, so it cannot enforce an order; start it with `tictac ps`")
+        return bool(reply.get("ok"))
+
+    def install(self, schedule: Schedule, skip_after_s: float | None = None,
+                window_bytes: int | None = None) -> InstallResult:
+        """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
+        also sets the PS's skip bound. ``window_bytes`` is accepted for the proxy's sake
+        and checked; in-process the next transfer goes the moment its turn comes, so
+        there is no window."""
+        if window_bytes is not None:
+            check_window(window_bytes)
+        if skip_after_s is not None and not (isinstance(skip_after_s, (int, float))
+                                             and 0 < skip_after_s < float("inf")):
+            raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")
+        r = self.call("install", install_argument(schedule, skip_after_s))
+        return InstallResult(r["version"], r["transfers"], r["expected"],
+                             tuple(r["unmatched"]), r["served"])
+
+    def clear(self) -> int:
+        return int(self.call("clear")["version"])
+
+    def stats(self, include_active: bool = True) -> dict[str, Any]:
+        stats = self.call("stats", "active" if include_active else "finished")
+        return {"ps": self.address, "device": self._device, **stats}
+
+    def served_names(self) -> list[str]:
+        return list(self.call("served")["names"])

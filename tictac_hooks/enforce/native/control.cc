@@ -1,0 +1,134 @@
+// Control verbs; see control.h.
+#include "control.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace tictac {
+
+namespace {
+
+std::atomic<Gate*> g_server_gate{nullptr};
+
+// "key\tvalue" lines up to a line "order", then "name\tpriority" lines (install), or
+// key/value lines alone (configure).
+bool ParseLines(const std::string& arg, std::vector<std::pair<std::string, std::string>>* head,
+                std::vector<Entry>* order, std::string* error) {
+  std::istringstream in(arg);
+  std::string line;
+  bool in_order = false;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    if (!in_order && line == "order") {
+      in_order = true;
+      continue;
+    }
+    size_t tab = line.rfind('\t');
+    if (tab == std::string::npos) {
+      *error = "control line " + std::to_string(lineno) + " has no TAB: '" + line + "'";
+      return false;
+    }
+    std::string key = line.substr(0, tab), value = line.substr(tab + 1);
+    if (!in_order) {
+      head->emplace_back(key, value);
+      continue;
+    }
+    errno = 0;
+    char* end = nullptr;
+    long p = std::strtol(value.c_str(), &end, 10);
+    if (errno || end == value.c_str() || *end != '\0' || p < 0 || p > (1L << 30)) {
+      *error = "priority of '" + key + "' is not a whole number >= 0: '" + value + "'";
+      return false;
+    }
+    order->emplace_back(key, static_cast<int>(p));
+  }
+  return true;
+}
+
+bool ParseDouble(const std::string& s, double* out) {
+  char* end = nullptr;
+  errno = 0;
+  *out = std::strtod(s.c_str(), &end);
+  return !errno && end != s.c_str() && *end == '\0' && std::isfinite(*out);
+}
+
+}  // namespace
+
+Gate* ServerGate() { return g_server_gate.load(); }
+void SetServerGate(Gate* gate) { g_server_gate.store(gate); }
+
+bool Control(Gate* gate, const std::string& verb, const std::string& arg,
+             std::string* reply) {
+  if (verb == "ping") {
+    *reply = std::string("{\"ok\":true,\"backend\":\"native\",\"enforcing\":") +
+             (gate ? "true" : "false") + ",\"pid\":" + std::to_string(getpid()) + "}";
+    return true;
+  }
+  if (gate == nullptr) {
+    *reply = "this process loaded the TicTac library but runs no grpc+tictac server, so "
+             "it cannot enforce an order; start the PS with `tictac ps` (protocol "
+             "grpc+tictac)";
+    return false;
+  }
+  std::vector<std::pair<std::string, std::string>> head;
+  std::vector<Entry> order;
+  if (verb == "install" || verb == "configure") {
+    if (!ParseLines(arg, &head, &order, reply)) return false;
+    std::string algorithm = "file";
+    double skip = -1;
+    int presume = -1;
+    for (const auto& [k, v] : head) {
+      if (k == "algorithm") {
+        algorithm = v;
+      } else if (k == "skip_after_s") {
+        if (!ParseDouble(v, &skip) || skip <= 0) {
+          *reply = "skip_after_s must be a number of seconds > 0, got '" + v + "'";
+          return false;
+        }
+      } else if (k == "presume_absent_after") {
+        double d;
+        if (!ParseDouble(v, &d) || d < 0 || d != std::floor(d)) {
+          *reply = "presume_absent_after must be a whole number >= 0, got '" + v + "'";
+          return false;
+        }
+        presume = static_cast<int>(d);
+      } else if (k != "window_bytes") {  // the proxy's setting: no meaning in-process
+        *reply = "unknown control setting '" + k + "'";
+        return false;
+      }
+    }
+    if ((skip > 0 || presume >= 0) && !gate->Configure(skip, presume, reply)) return false;
+    if (verb == "configure") {
+      *reply = gate->SummaryJson();
+      return true;
+    }
+    std::string result = gate->Install(algorithm, order, reply);
+    if (result.empty()) return false;
+    *reply = result;
+    return true;
+  }
+  if (verb == "clear") {
+    *reply = "{\"version\":" + std::to_string(gate->Clear()) + "}";
+    return true;
+  }
+  if (verb == "stats") {
+    *reply = gate->StatsJson(arg != "finished");
+    return true;
+  }
+  if (verb == "served") {
+    *reply = gate->ServedJson();
+    return true;
+  }
+  *reply = "unknown control verb '" + verb + "'; try ping, install, clear, stats, served, "
+           "configure";
+  return false;
+}
+
+}  // namespace tictac

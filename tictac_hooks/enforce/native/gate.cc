@@ -1,0 +1,605 @@
+// The in-process TicTac gate; see gate.h for the semantics.
+#include "gate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace tictac {
+
+const char* StateName(State s) {
+  switch (s) {
+    case State::kPass: return "pass";
+    case State::kListed: return "listed";
+    case State::kLate: return "late";
+    case State::kUnexpected: return "unexpected";
+    case State::kDuplicate: return "duplicate";
+  }
+  return "?";
+}
+
+std::string SendingNodeName(const std::string& tensor) {
+  // "edge_<digits>_" prefix, as tf_extract._EDGE_PREFIX.
+  if (tensor.compare(0, 5, "edge_") != 0) return tensor;
+  size_t i = 5;
+  while (i < tensor.size() && tensor[i] >= '0' && tensor[i] <= '9') ++i;
+  if (i == 5 || i >= tensor.size() || tensor[i] != '_') return tensor;
+  return tensor.substr(i + 1);
+}
+
+Key ParseRendezvousKey(const std::string& key) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t semi = key.find(';', start);
+    parts.push_back(key.substr(start, semi == std::string::npos ? semi : semi - start));
+    if (semi == std::string::npos) break;
+    start = semi + 1;
+  }
+  if (parts.size() < 4) return {key, "", ""};
+  return {SendingNodeName(parts[3]), parts[2], parts[3]};
+}
+
+namespace {
+
+std::string JsonStr(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNum(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.6f", x);
+  return buf;
+}
+
+double SteadyNow() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool HeapLess(const TicketPtr& a, const TicketPtr& b) {  // min-heap on (priority, seq)
+  return std::make_pair(a->priority, a->seq) > std::make_pair(b->priority, b->seq);
+}
+
+}  // namespace
+
+// One installed schedule, restricted to the transfers a PS (or one destination) serves.
+struct Installed {
+  int64_t version = 0;
+  std::string algorithm;
+  std::vector<Entry> schedule;                   // as installed, sorted by priority
+  std::unordered_set<std::string> listed;        // every name the schedule gives
+  std::unordered_set<std::string> expected;      // the ones enforced here
+  std::unordered_map<std::string, int> priority;  // local priority of each expected
+  std::vector<std::string> names_by_priority;
+
+  static std::shared_ptr<Installed> Make(int64_t version, const std::string& algorithm,
+                                         const std::vector<Entry>& schedule,
+                                         const std::unordered_set<std::string>& expected) {
+    auto in = std::make_shared<Installed>();
+    in->version = version;
+    in->algorithm = algorithm;
+    in->schedule = schedule;
+    in->expected = expected;
+    // Local priority: how many expected transfers have a strictly smaller priority
+    // (competition rank; ties stay ties), so the global [0, n) numbers work on a PS
+    // serving a subset (Schedule.restricted).
+    int below = 0, prev = -1;
+    for (const auto& [name, p] : schedule) {
+      in->listed.insert(name);
+      if (!expected.count(name)) continue;
+      int i = static_cast<int>(in->names_by_priority.size());
+      if (i && p != prev) below = i;
+      prev = p;
+      in->priority[name] = below;
+      in->names_by_priority.push_back(name);
+    }
+    return in;
+  }
+
+  size_t size() const { return names_by_priority.size(); }
+
+  // The view one destination enforces: only what this PS has served to it (the counter
+  // is per (step, destination), so a destination must not wait for transfers that only
+  // other destinations receive). A destination that was served none of the listed
+  // transfers yet enforces the whole schedule.
+  std::shared_ptr<Installed> ForDestination(const std::shared_ptr<Installed>& self,
+                                            const std::unordered_set<std::string>& served) {
+    std::unordered_set<std::string> mine;
+    for (const auto& n : expected)
+      if (served.count(n)) mine.insert(n);
+    if (mine.empty() || mine.size() == expected.size()) return self;
+    return Make(version, algorithm, schedule, mine);
+  }
+};
+
+// The counter and records of one (step_id, destination device).
+struct Channel {
+  int64_t step_id = 0;
+  std::string dest;
+  std::shared_ptr<Installed> installed;
+  int counter = 0;
+  std::vector<TicketPtr> waiters;  // ready, waiting for their turn (a heap)
+  std::unordered_set<std::string> done;     // expected names handed back or skipped
+  std::unordered_set<std::string> arrived;  // listed names whose request came
+  size_t cursor = 0;                        // into installed->names_by_priority
+  std::vector<TicketPtr> handed;            // in hand-back order
+  struct Skipped {
+    std::string name, reason;
+    double time;
+  };
+  std::vector<Skipped> skipped;
+  std::vector<TicketPtr> all;  // every ticket, detached when the channel finishes
+  std::unordered_map<std::string, std::string> tensors;  // node -> first tensor name
+  double deadline = 0;  // steady clock; 0: no timer
+  double t_first = 0;
+  bool finished = false;
+
+  const std::string* NextMissing() {
+    if (!installed) return nullptr;
+    const auto& names = installed->names_by_priority;
+    while (cursor < names.size() && done.count(names[cursor])) ++cursor;
+    return cursor < names.size() ? &names[cursor] : nullptr;
+  }
+
+  std::string Record() const {
+    std::ostringstream o;
+    int64_t bytes = 0, violations = 0, reordered = 0;
+    int highest = -1;
+    double start = t_first, end = t_first;
+    bool any = false;
+    for (const auto& t : handed) {
+      bytes += t->nbytes;
+      if (t->state == State::kLate || t->state == State::kUnexpected) ++violations;
+      if (t->state == State::kListed) {
+        if (t->priority < highest) ++reordered;
+        highest = std::max(highest, t->priority);
+      }
+      start = any ? std::min(start, t->t_arrive) : t->t_arrive;
+      end = any ? std::max(end, t->t_handback) : t->t_handback;
+      any = true;
+    }
+    o << "{\"step_id\":" << step_id << ",\"worker\":" << JsonStr(dest)
+      << ",\"schedule_version\":" << (installed ? std::to_string(installed->version) : "null")
+      << ",\"algorithm\":" << (installed ? JsonStr(installed->algorithm) : "null")
+      << ",\"complete\":" << (finished ? "true" : "false") << ",\"order\":[";
+    for (size_t i = 0; i < handed.size(); ++i) o << (i ? "," : "") << JsonStr(handed[i]->name);
+    o << "],\"transfers\":[";
+    for (size_t i = 0; i < handed.size(); ++i) {
+      const auto& t = *handed[i];
+      o << (i ? "," : "") << "{\"name\":" << JsonStr(t.name)
+        << ",\"state\":\"" << StateName(t.state) << "\",\"priority\":" << t.priority
+        << ",\"bytes\":" << t.nbytes << ",\"arrive\":" << JsonNum(t.t_arrive)
+        << ",\"release\":" << JsonNum(t.t_ready) << ",\"release_seq\":" << t.rseq
+        << ",\"handback\":" << JsonNum(t.t_handback);
+      if (!t.error.empty()) o << ",\"error\":" << JsonStr(t.error);
+      o << "}";
+    }
+    o << "],\"bytes\":" << bytes << ",\"start\":" << JsonNum(start)
+      << ",\"end\":" << JsonNum(end) << ",\"skipped\":[";
+    for (size_t i = 0; i < skipped.size(); ++i)
+      o << (i ? "," : "") << "{\"name\":" << JsonStr(skipped[i].name)
+        << ",\"reason\":\"" << skipped[i].reason << "\",\"time\":" << JsonNum(skipped[i].time)
+        << "}";
+    o << "],\"skips\":" << skipped.size() << ",\"violations\":" << violations
+      << ",\"reordered\":" << reordered << ",\"unlisted\":[";
+    bool first = true;
+    for (const auto& t : handed) {
+      if (t->state == State::kPass && !(installed && installed->priority.count(t->name))) {
+        o << (first ? "" : ",") << JsonStr(t->name);
+        first = false;
+      }
+    }
+    o << "]}";
+    return o.str();
+  }
+};
+
+Gate::Gate(Options options) : opt_(options) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
+
+Gate::~Gate() {
+  Runs runs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stopping_ = true;
+    for (auto& [step, chans] : steps_)
+      for (auto& [dest, ch] : chans) Finish(ch.get(), &runs);
+  }
+  cv_.notify_all();
+  timer_.join();
+  RunAll(&runs);
+}
+
+double Gate::Now() const {
+  return std::chrono::duration<double>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void Gate::RunAll(Runs* runs) {
+  for (auto& fn : *runs)
+    if (fn) fn();
+  runs->clear();
+}
+
+// -- schedules --------------------------------------------------------------------
+
+std::string Gate::Install(const std::string& algorithm, const std::vector<Entry>& order,
+                          std::string* error) {
+  // The Schedule's own invariants (graph/schedule.py), checked again at the PS.
+  std::unordered_set<std::string> names;
+  int last = -1;
+  const int n = static_cast<int>(order.size());
+  for (const auto& [name, p] : order) {
+    if (!names.insert(name).second) {
+      *error = "schedule names transfer '" + name + "' more than once";
+      return "";
+    }
+    if (p < 0 || p >= std::max(n, 1)) {
+      *error = "priority of '" + name + "' must be an integer in [0, " + std::to_string(n) +
+               "), got " + std::to_string(p);
+      return "";
+    }
+    if (p < last) {
+      *error = "the schedule is not sorted by priority at '" + name + "'";
+      return "";
+    }
+    last = p;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  std::unordered_set<std::string> expected;
+  std::vector<std::string> unmatched;
+  for (const auto& [name, p] : order) {
+    if (served_.empty() || served_.count(name)) expected.insert(name);
+    else unmatched.push_back(name);
+  }
+  installed_ = Installed::Make(next_version_++, algorithm, order, expected);
+  served_at_install_ = served_by_dest_;
+  views_.clear();
+  absent_streak_.clear();
+  std::ostringstream o;
+  o << "{\"version\":" << installed_->version << ",\"transfers\":" << order.size()
+    << ",\"expected\":" << expected.size() << ",\"unmatched\":[";
+  for (size_t i = 0; i < unmatched.size(); ++i) o << (i ? "," : "") << JsonStr(unmatched[i]);
+  o << "],\"served\":" << served_.size() << "}";
+  return o.str();
+}
+
+int64_t Gate::Clear() {
+  std::lock_guard<std::mutex> l(mu_);
+  installed_.reset();
+  views_.clear();
+  absent_streak_.clear();
+  return next_version_++;
+}
+
+bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string* error) {
+  if (skip_after_s > 0 && !std::isfinite(skip_after_s)) {
+    *error = "skip_after_s must be a finite number of seconds > 0";
+    return false;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (skip_after_s > 0) opt_.skip_after_s = skip_after_s;
+  if (presume_absent_after >= 0) opt_.presume_absent_after = presume_absent_after;
+  return true;
+}
+
+// -- the transfer path --------------------------------------------------------------
+
+TicketPtr Gate::Arrive(int64_t step_id, const std::string& rendezvous_key) {
+  Key key = ParseRendezvousKey(rendezvous_key);
+  Runs runs;
+  auto t = std::make_shared<Ticket>();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const double now = Now();
+    Channel* ch = GetChannel(step_id, key.dest, now, &runs);
+    const bool room = served_.size() < opt_.max_served_names;
+    std::string name = key.name;
+    auto& by_dest = served_by_dest_[key.dest];
+    if (!key.tensor.empty() && key.tensor != key.name) {
+      // A tensor sent over two edges in one step arrives twice under one node name:
+      // both full names count as served, and a schedule listing a full name orders
+      // that copy by it.
+      auto it = ch->tensors.emplace(key.name, key.tensor).first;
+      if (it->second != key.tensor && room) {
+        served_.insert(it->second);
+        served_.insert(key.tensor);
+        by_dest.insert(it->second);
+        by_dest.insert(key.tensor);
+      }
+      if (ch->installed && ch->installed->priority.count(key.tensor)) name = key.tensor;
+    }
+    if (room) {
+      served_.insert(name);
+      by_dest.insert(name);
+    }
+    t->step_id = step_id;
+    t->dest = key.dest;
+    t->name = name;
+    t->t_arrive = now;
+    t->channel = ch;
+    ch->all.push_back(t);
+    const auto& in = ch->installed;
+    auto p = in ? in->priority.find(name) : decltype(in->priority.end()){};
+    if (in && p != in->priority.end()) {
+      if (ch->arrived.count(name)) {
+        t->state = State::kDuplicate;
+      } else if (ch->done.count(name)) {
+        t->state = State::kLate;
+      } else {
+        t->state = State::kListed;
+        t->priority = p->second;
+      }
+      ch->arrived.insert(name);
+    } else if (in && in->listed.count(name)) {
+      t->state = State::kUnexpected;
+    }
+  }
+  RunAll(&runs);
+  return t;
+}
+
+void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
+                 HandBack hand_back) {
+  Runs runs;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    t->nbytes = nbytes;
+    t->error = error;
+    t->t_ready = Now();
+    Channel* ch = t->channel;
+    if (ch == nullptr || stopping_) {
+      // Its step was already finished (evicted): nothing to order it against.
+      t->handed = true;
+      runs.push_back(std::move(hand_back));
+    } else {
+      t->hand_back = std::move(hand_back);
+      if (t->state == State::kListed && ch->done.count(t->name))
+        t->state = State::kLate;  // skipped while its response was being produced
+      if (t->state != State::kListed || !error.empty() || t->priority <= ch->counter) {
+        HandBackNow(ch, t, &runs);
+      } else {
+        t->seq = next_seq_++;
+        ch->waiters.push_back(t);
+        std::push_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
+      }
+      Pump(ch, &runs);
+    }
+  }
+  RunAll(&runs);
+}
+
+// -- stats --------------------------------------------------------------------------
+
+std::string Gate::SummaryLocked() {
+  std::ostringstream o;
+  o << "{\"backend\":\"native\",\"schedule_version\":"
+    << (installed_ ? std::to_string(installed_->version) : "null")
+    << ",\"algorithm\":" << (installed_ ? JsonStr(installed_->algorithm) : "null")
+    << ",\"expected\":" << (installed_ ? installed_->size() : 0)
+    << ",\"window_bytes\":0,\"skip_after_s\":" << JsonNum(opt_.skip_after_s)
+    << ",\"active_steps\":" << steps_.size() << ",\"history\":" << history_.size()
+    << ",\"served_names\":" << served_.size() << ",\"totals\":{";
+  bool first = true;
+  for (const auto& [k, v] : totals_) {
+    o << (first ? "" : ",") << JsonStr(k) << ":" << v;
+    first = false;
+  }
+  o << "}}";
+  return o.str();
+}
+
+std::string Gate::SummaryJson() {
+  std::lock_guard<std::mutex> l(mu_);
+  return SummaryLocked();
+}
+
+std::string Gate::StatsJson(bool include_active) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::string s = SummaryLocked();
+  s.pop_back();  // the closing brace: append the records
+  s += ",\"steps\":[";
+  bool first = true;
+  for (const auto& r : history_) {
+    s += (first ? "" : ",") + r;
+    first = false;
+  }
+  if (include_active) {
+    for (int64_t step : step_order_)
+      for (const auto& [dest, ch] : steps_[step]) {
+        s += (first ? "" : ",") + ch->Record();
+        first = false;
+      }
+  }
+  return s + "]}";
+}
+
+std::string Gate::ServedJson() {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::string> names(served_.begin(), served_.end());
+  std::sort(names.begin(), names.end());
+  std::string s = "{\"names\":[";
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? "," : "") + JsonStr(names[i]);
+  return s + "]}";
+}
+
+// -- internals ------------------------------------------------------------------------
+
+Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
+                          Runs* runs) {
+  auto sit = steps_.find(step_id);
+  if (sit == steps_.end()) {
+    // A step binds to the schedule current at its first transfer (atomic install).
+    sit = steps_.emplace(step_id, std::map<std::string, std::unique_ptr<Channel>>()).first;
+    binding_[step_id] = installed_;
+    step_order_.push_back(step_id);
+    while (static_cast<int>(step_order_.size()) > opt_.max_active_steps) {
+      int64_t old = step_order_.front();
+      step_order_.pop_front();
+      for (auto& [d, ch] : steps_[old]) Finish(ch.get(), runs);
+      steps_.erase(old);
+      binding_.erase(old);
+    }
+    sit = steps_.find(step_id);
+  }
+  auto& chans = sit->second;
+  auto cit = chans.find(dest);
+  if (cit == chans.end()) {
+    auto ch = std::make_unique<Channel>();
+    ch->step_id = step_id;
+    ch->dest = dest;
+    ch->installed = View(step_id, dest);
+    ch->t_first = now;
+    cit = chans.emplace(dest, std::move(ch)).first;
+  }
+  return cit->second.get();
+}
+
+std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) {
+  const auto& bound = binding_[step_id];
+  if (!bound) return nullptr;
+  auto key = std::make_pair(bound->version, dest);
+  auto it = views_.find(key);
+  if (it != views_.end()) return it->second;
+  if (views_.size() > 4 * static_cast<size_t>(opt_.max_active_steps)) views_.clear();
+  auto sit = served_at_install_.find(dest);
+  static const std::unordered_set<std::string> kNone;
+  auto view = bound->ForDestination(bound, sit == served_at_install_.end() ? kNone : sit->second);
+  views_[key] = view;
+  return view;
+}
+
+void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
+  t->t_handback = Now();
+  t->handed = true;
+  if (t->state == State::kListed) {
+    t->rseq = next_seq_++;
+    if (!ch->done.count(t->name)) {
+      ch->done.insert(t->name);
+      ch->counter += 1;
+      absent_streak_.erase(t->name);
+    }
+  }
+  ch->handed.push_back(t);
+  totals_[StateName(t->state)] += 1;
+  runs->push_back(std::move(t->hand_back));
+  t->hand_back = nullptr;
+}
+
+void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
+  ch->done.insert(name);
+  ch->counter += 1;
+  ch->skipped.push_back({name, reason, Now()});
+  totals_["skipped"] += 1;
+  if (!ch->arrived.count(name)) absent_streak_[name] += 1;
+}
+
+void Gate::Pump(Channel* ch, Runs* runs) {
+  const int before = ch->counter;
+  while (true) {
+    while (!ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter) {
+      std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
+      TicketPtr t = ch->waiters.back();
+      ch->waiters.pop_back();
+      if (t->state == State::kListed && ch->done.count(t->name)) t->state = State::kLate;
+      HandBackNow(ch, t, runs);
+    }
+    if (ch->waiters.empty() || !opt_.presume_absent_after) break;
+    const std::string* blocker = ch->NextMissing();
+    if (blocker == nullptr || ch->arrived.count(*blocker)) break;
+    auto it = absent_streak_.find(*blocker);
+    if (it == absent_streak_.end() || it->second < opt_.presume_absent_after) break;
+    Skip(ch, *blocker, "absent");
+  }
+  if (!ch->waiters.empty()) {
+    if (ch->deadline == 0 || ch->counter != before) Arm(ch);
+  } else {
+    ch->deadline = 0;
+  }
+  if (ch->installed && ch->done.size() >= ch->installed->size()) ch->finished = true;
+}
+
+void Gate::Arm(Channel* ch) {
+  ch->deadline = SteadyNow() + opt_.skip_after_s;
+  cv_.notify_all();
+}
+
+void Gate::OnStall(Channel* ch, Runs* runs) {
+  ch->deadline = 0;
+  if (ch->waiters.empty()) return;
+  const std::string* blocker = ch->NextMissing();
+  std::string name = blocker ? *blocker : ch->waiters.front()->name;
+  Skip(ch, name, ch->arrived.count(name) ? "slow" : "timeout");
+  Pump(ch, runs);
+  if (!ch->waiters.empty() && ch->deadline == 0) Arm(ch);
+}
+
+void Gate::Finish(Channel* ch, Runs* runs) {
+  ch->deadline = 0;
+  // Hands back anything still waiting, in priority order, and keeps the record.
+  std::sort(ch->waiters.begin(), ch->waiters.end(),
+            [](const TicketPtr& a, const TicketPtr& b) { return HeapLess(b, a); });
+  for (auto& t : ch->waiters) {
+    t->t_handback = Now();
+    t->handed = true;
+    runs->push_back(std::move(t->hand_back));
+    t->hand_back = nullptr;
+  }
+  ch->waiters.clear();
+  for (auto& t : ch->all) t->channel = nullptr;
+  ch->all.clear();
+  ch->finished = true;
+  history_.push_back(ch->Record());
+  while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();
+}
+
+void Gate::TimerLoop() {
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stopping_) {
+    double next = 0;
+    for (auto& [step, chans] : steps_)
+      for (auto& [dest, ch] : chans)
+        if (ch->deadline != 0 && (next == 0 || ch->deadline < next)) next = ch->deadline;
+    if (next == 0) {
+      cv_.wait(l);
+      continue;
+    }
+    double now = SteadyNow();
+    if (next > now) {
+      cv_.wait_for(l, std::chrono::duration<double>(next - now));
+      continue;
+    }
+    Runs runs;
+    for (auto& [step, chans] : steps_)
+      for (auto& [dest, ch] : chans)
+        if (ch->deadline != 0 && ch->deadline <= now) OnStall(ch.get(), &runs);
+    l.unlock();
+    RunAll(&runs);
+    l.lock();
+  }
+}
+
+}  // namespace tictac

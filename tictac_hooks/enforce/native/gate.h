@@ -1,0 +1,147 @@
+// The TicTac ordering gate, in-process: one counter per (step_id, destination device)
+// that hands RecvTensor responses to gRPC in priority order (paper section 5,
+// docs/ALGORITHMS.md "Enforcement"). Plain C++17, no TensorFlow types: the TensorFlow
+// glue (tf_server.cc) and the C API for tests (capi.cc) both drive this class.
+//
+// A transfer arrives (its request was parsed), then becomes ready (the PS produced its
+// response). A listed transfer with local priority p is handed back once p transfers of
+// its (step, destination) have been handed back or skipped; the counter advances at the
+// hand-back. No round trip separates the hand-back from the counter here, so there is
+// no look-ahead window: the next transfer is handed to gRPC the moment its turn comes.
+// Never waits forever: when the counter stands still for skip_after_s while a later
+// transfer waits, the transfer it waits for is skipped ("slow" if its request came,
+// "timeout" if not); one skipped for not coming in presume_absent_after consecutive
+// steps is skipped at once from then on ("absent"). Unlisted transfers pass straight
+// through. The same semantics as the Python gate (enforce/gate.py) with window 0;
+// tests/enforce/test_gate_conformance.py runs both on one set of scenarios.
+#ifndef TICTAC_ENFORCE_NATIVE_GATE_H_
+#define TICTAC_ENFORCE_NATIVE_GATE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+namespace tictac {
+
+enum class State { kPass, kListed, kLate, kUnexpected, kDuplicate };
+const char* StateName(State s);
+
+struct Options {
+  double skip_after_s = 0.5;
+  int presume_absent_after = 2;
+  int max_active_steps = 64;
+  int history = 256;
+  size_t max_served_names = 100000;
+};
+
+// One schedule entry: transfer name and its global priority.
+using Entry = std::pair<std::string, int>;
+
+// (transfer name, destination device, full tensor name) of a rendezvous key
+// "src;incarnation;dst;edge_<n>_<name>;frame:iter"; the Python twin is
+// enforce/gate.py:parse_rendezvous_key.
+struct Key {
+  std::string name, dest, tensor;
+};
+Key ParseRendezvousKey(const std::string& key);
+std::string SendingNodeName(const std::string& tensor);  // strips "^edge_\d+_"
+
+struct Installed;
+struct Channel;
+using HandBack = std::function<void()>;
+
+struct Ticket {
+  int64_t step_id = 0;
+  std::string dest, name;
+  State state = State::kPass;
+  int priority = -1;
+  int64_t seq = 0;
+  int64_t rseq = -1;  // hand-back order among listed transfers, gate-wide
+  double t_arrive = 0, t_ready = 0, t_handback = 0;
+  int64_t nbytes = 0;
+  std::string error;
+  bool handed = false;
+  Channel* channel = nullptr;  // valid while the step is active (guarded by the gate)
+  HandBack hand_back;          // held while the ticket waits for its turn
+};
+using TicketPtr = std::shared_ptr<Ticket>;
+
+class Gate {
+ public:
+  explicit Gate(Options options = Options());
+  ~Gate();  // hands back whatever is held, stops the timer thread
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
+  // Installs a schedule (entries sorted by priority, priorities in [0, n)); steps that
+  // start from now on run under it. Returns the install result as JSON, or "" with
+  // *error set for a malformed schedule.
+  std::string Install(const std::string& algorithm, const std::vector<Entry>& order,
+                      std::string* error);
+  // Removes the schedule; returns the new version number.
+  int64_t Clear();
+  // Sets the skip bound (if > 0) and the presume-absent count (if >= 0); false with
+  // *error for a bound that is not finite.
+  bool Configure(double skip_after_s, int presume_absent_after, std::string* error);
+
+  // The transfer path. Arrive when the request is parsed; Ready when the response is
+  // produced, with the closure that hands it to gRPC. The closure runs exactly once,
+  // on this thread, a later Ready's thread or the timer thread, never under the lock.
+  TicketPtr Arrive(int64_t step_id, const std::string& rendezvous_key);
+  void Ready(const TicketPtr& ticket, int64_t nbytes, const std::string& error,
+             HandBack hand_back);
+
+  std::string StatsJson(bool include_active);
+  std::string ServedJson();
+  std::string SummaryJson();
+
+ private:
+  using Runs = std::vector<HandBack>;
+  double Now() const;
+  Channel* GetChannel(int64_t step_id, const std::string& dest, double now, Runs* runs);
+  std::shared_ptr<Installed> View(int64_t step_id, const std::string& dest);
+  void HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs);
+  void Skip(Channel* ch, const std::string& name, const char* reason);
+  void Pump(Channel* ch, Runs* runs);
+  void Arm(Channel* ch);
+  void OnStall(Channel* ch, Runs* runs);
+  void Finish(Channel* ch, Runs* runs);
+  std::string SummaryLocked();
+  void TimerLoop();
+  static void RunAll(Runs* runs);
+
+  Options opt_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread timer_;
+  std::shared_ptr<Installed> installed_;
+  int64_t next_version_ = 1;
+  int64_t next_seq_ = 0;
+  // Active steps, oldest first: step id -> destination -> channel.
+  std::deque<int64_t> step_order_;
+  std::unordered_map<int64_t, std::map<std::string, std::unique_ptr<Channel>>> steps_;
+  std::unordered_map<int64_t, std::shared_ptr<Installed>> binding_;
+  std::deque<std::string> history_;  // finished (step, worker) records, as JSON
+  std::unordered_set<std::string> served_;
+  std::unordered_map<std::string, std::unordered_set<std::string>> served_by_dest_;
+  std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;
+  std::map<std::pair<int64_t, std::string>, std::shared_ptr<Installed>> views_;
+  std::unordered_map<std::string, int> absent_streak_;
+  std::map<std::string, int64_t> totals_;
+};
+
+}  // namespace tictac
+
+#endif  // TICTAC_ENFORCE_NATIVE_GATE_H_

@@ -1,0 +1,143 @@
+// TensorFlow glue of the native gate: the server protocol "grpc+tictac" and the
+// TictacControl op. This is the one file that reaches into TensorFlow's private C++
+// server API (see patches/README.md); tested on TensorFlow 2.21 (CPU wheel), and
+// tests/enforce/test_native.py fails loudly when the API it uses changes.
+//
+// - TicTacServer subclasses GrpcServer and hands Init a worker_func that builds a
+//   TicTacWorker, the GrpcWorker whose virtual GrpcRecvTensorAsync gates the hand-back
+//   of every RecvTensor response (paper section 5): the request goes straight to the
+//   stock implementation with a wrapped `done`; the gate calls the real `done` (which
+//   hands the response to gRPC) when the transfer's turn comes. A waiting transfer
+//   holds its callback, no thread.
+// - The factory accepts ServerDefs whose protocol is "grpc+tictac"; workers, chief and
+//   coordinator keep "grpc" (the wire is the same).
+// - TictacControl(verb, arg) runs a control verb (control.h) on the gate of the process
+//   it runs in: place it on the PS device.
+#include <grpc/impl/grpc_types.h>
+
+#include <memory>
+#include <string>
+
+#include "control.h"
+#include "gate.h"
+#include "tensorflow/core/distributed_runtime/rpc/grpc_server_lib.h"
+#include "tensorflow/core/distributed_runtime/rpc/grpc_worker_service.h"
+#include "tensorflow/core/distributed_runtime/server_lib.h"
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/protobuf/worker.pb.h"
+
+namespace tensorflow {
+namespace {
+
+constexpr char kProtocol[] = "grpc+tictac";
+
+// Bytes of a serialized response. grpc::ByteBuffer::Length() calls
+// grpc_byte_buffer_length, which the TensorFlow wheel does not export; ByteBuffer's one
+// member is the grpc_byte_buffer* (grpcpp/support/byte_buffer.h), whose raw slice buffer
+// carries the length (grpc/impl/grpc_types.h).
+int64_t ResponseBytes(::grpc::ByteBuffer* response) {
+  static_assert(sizeof(::grpc::ByteBuffer) == sizeof(grpc_byte_buffer*),
+                "grpc::ByteBuffer layout changed: update ResponseBytes");
+  grpc_byte_buffer* raw = *reinterpret_cast<grpc_byte_buffer**>(response);
+  if (raw == nullptr || raw->type != GRPC_BB_RAW) return 0;
+  return static_cast<int64_t>(raw->data.raw.slice_buffer.length);
+}
+
+class TicTacWorker : public GrpcWorker {
+ public:
+  TicTacWorker(WorkerEnv* env, const ConfigProto& config, tictac::Gate* gate)
+      : GrpcWorker(env, config), gate_(gate) {}
+
+  void GrpcRecvTensorAsync(CallOptions* opts, const RecvTensorRequest* request,
+                           ::grpc::ByteBuffer* response, StatusCallback done) override {
+    tictac::TicketPtr ticket = gate_->Arrive(request->step_id(), request->rendezvous_key());
+    tictac::Gate* gate = gate_;
+    GrpcWorker::GrpcRecvTensorAsync(
+        opts, request, response,
+        [gate, ticket, response, done = std::move(done)](const absl::Status& s) mutable {
+          gate->Ready(ticket, s.ok() ? ResponseBytes(response) : 0,
+                      s.ok() ? "" : std::string(s.message()),
+                      [done = std::move(done), s]() mutable { done(s); });
+        });
+  }
+
+ private:
+  tictac::Gate* gate_;
+};
+
+class TicTacServer : public GrpcServer {
+ public:
+  TicTacServer(const ServerDef& server_def, Env* env) : GrpcServer(server_def, env) {}
+
+  // (The GrpcServer constructor that takes a DeviceMgr is not exported; Init takes it.)
+  absl::Status Init(DeviceMgr* local_device_mgr) {
+    GrpcServerOptions opts;
+    opts.local_device_mgr = local_device_mgr;
+    opts.worker_func = [](WorkerEnv* env, const ConfigProto& config) {
+      return std::unique_ptr<GrpcWorker>(
+          new TicTacWorker(env, config, tictac::ServerGate()));
+    };
+    return GrpcServer::Init(opts);
+  }
+};
+
+class TicTacServerFactory : public ServerFactory {
+ public:
+  bool AcceptsOptions(const ServerDef& server_def) override {
+    return server_def.protocol() == kProtocol;
+  }
+
+  absl::Status NewServer(const ServerDef& server_def, const Options& options,
+                         std::unique_ptr<ServerInterface>* out_server) override {
+    if (tictac::ServerGate() == nullptr) {
+      // One gate per process, for the life of the process (TF servers never stop).
+      tictac::SetServerGate(new tictac::Gate());
+    }
+    std::unique_ptr<TicTacServer> server(
+        new TicTacServer(server_def, Env::Default()));
+    TF_RETURN_IF_ERROR(server->Init(options.local_device_mgr));
+    *out_server = std::move(server);
+    return absl::OkStatus();
+  }
+};
+
+class Registrar {
+ public:
+  Registrar() { ServerFactory::Register("GRPC_TICTAC_SERVER", new TicTacServerFactory()); }
+};
+static Registrar registrar;
+
+REGISTER_OP("TictacControl")
+    .Input("verb: string")
+    .Input("arg: string")
+    .Output("reply: string")
+    .SetIsStateful()
+    .SetShapeFn(shape_inference::ScalarShape)
+    .Doc("Runs a TicTac control verb on the gate of the process it is placed in.");
+
+class TictacControlOp : public OpKernel {
+ public:
+  explicit TictacControlOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& verb = ctx->input(0);
+    const Tensor& arg = ctx->input(1);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(verb.shape()) &&
+                         TensorShapeUtils::IsScalar(arg.shape()),
+                errors::InvalidArgument("TictacControl takes two string scalars"));
+    std::string reply;
+    bool ok = tictac::Control(tictac::ServerGate(), std::string(verb.scalar<tstring>()()),
+                              std::string(arg.scalar<tstring>()()), &reply);
+    OP_REQUIRES(ctx, ok, errors::InvalidArgument(reply));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<tstring>()() = reply;
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("TictacControl").Device(DEVICE_CPU), TictacControlOp);
+
+}  // namespace
+}  // namespace tensorflow
