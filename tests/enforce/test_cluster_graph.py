@@ -1,5 +1,6 @@
-"""The rendezvous on a real PS cluster (graph mode, tf.compat.v1): order enforced,
-training unchanged, skips counted, clear errors, no hangs. One cluster for the module."""
+"""The gate on a real PS cluster (graph mode, tf.compat.v1), on both backends: order
+enforced, training unchanged, skips counted, clear errors, no hangs. One cluster per
+backend: ps0 has the TicTac gate, ps1 is a plain TensorFlow PS (the direct path)."""
 
 import json
 import os
@@ -11,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from tictac_hooks.enforce.client import (RendezvousClient, RendezvousError,
+from tictac_hooks.enforce.client import (RendezvousClient, RendezvousError, connect,
                                          install_everywhere)
 from tictac_hooks.enforce.launcher import LocalCluster
 from tictac_hooks.graph.schedule import Schedule
@@ -22,12 +23,13 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 LAYERS = ("w1", "w2", "w3", "w4")
 
 
-def build(worker: int):
-    """A tiny 4-layer regression on PS variables; returns (graph, train, loss, eval, vars)."""
+def build(worker: int, ps: int = 0):
+    """A tiny 4-layer regression on the variables of PS task ``ps``; returns (graph,
+    train, loss, eval, vars)."""
     g = tf.Graph()
     with g.as_default():
         tf.compat.v1.set_random_seed(1)
-        with tf.device("/job:ps/task:0"):
+        with tf.device(f"/job:ps/task:{ps}"):
             ws = [tf.compat.v1.get_variable(n, shape=[16, 16] if n != "w4" else [16, 1],
                                             initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
                   for i, n in enumerate(LAYERS)]
@@ -49,27 +51,26 @@ def session(cluster, worker, g):
 
 
 def train(cluster, direct, steps):
-    """Worker 1 reaches the PS directly, worker 0 through the rendezvous."""
-    worker = 1 if direct else 0
-    g, init, train_op, loss, _, ws = build(worker)
-    with session(cluster, worker, g) as sess:
+    """Through the gate (variables on ps0) or not (the same variables on the plain ps1)."""
+    g, init, train_op, loss, _, ws = build(0, ps=1 if direct else 0)
+    with session(cluster, 0, g) as sess:
         sess.run(init)
         losses = [sess.run([train_op, loss])[1] for _ in range(steps)]
         return losses, sess.run(ws)
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, skip_after_s=0.3,
-                      direct_workers=[1]) as c:
+@pytest.fixture(scope="module", params=["native", "proxy"])
+def cluster(request):
+    with LocalCluster(num_ps=2, num_workers=1, rendezvous=[True, False], skip_after_s=0.3,
+                      backend=request.param) as c:
         yield c
 
 
 def _steps(cluster):
-    return [s for s in RendezvousClient(cluster.ps_addresses[0]).stats()["steps"] if s["order"]]
+    return [s for s in connect(cluster.ps_addresses[0]).stats()["steps"] if s["order"]]
 
 
-def test_training_is_identical_with_and_without_the_rendezvous(cluster):
+def test_training_is_identical_with_and_without_the_gate(cluster):
     direct_losses, direct_w = train(cluster, True, 5)
     rv_losses, rv_w = train(cluster, False, 5)
     assert direct_losses == rv_losses
@@ -78,7 +79,7 @@ def test_training_is_identical_with_and_without_the_rendezvous(cluster):
 
 
 def test_order_without_and_with_a_schedule(cluster):
-    RendezvousClient(cluster.ps_addresses[0]).clear()
+    connect(cluster.ps_addresses[0]).clear()
     train(cluster, False, 12)
     steps = _steps(cluster)[-10:]
     orders = [tuple(s["order"]) for s in steps]
@@ -89,7 +90,7 @@ def test_order_without_and_with_a_schedule(cluster):
     assert len(reads) >= len(LAYERS), reads
     wanted = list(reversed(reads))  # an order TensorFlow would not pick by itself
     # Strict (no look-ahead window): handed back exactly in schedule order.
-    strict = install_everywhere(cluster.ps_addresses, Schedule.from_order("test", wanted),
+    strict = install_everywhere(cluster.gate_addresses, Schedule.from_order("test", wanted),
                                 window_bytes=0)
     train(cluster, False, 8)
     # Steps that read the variables (the initializer's step reads none of them).
@@ -101,9 +102,15 @@ def test_order_without_and_with_a_schedule(cluster):
         skipped = {k["name"] for k in s["skipped"]}
         assert listed == [n for n in wanted if n not in skipped], s
         assert s["skips"] == 0 and s["violations"] == 0 and s["reordered"] == 0
+    if cluster.backend == "native":
+        # In-process the counter advances at the hand-back itself: no window, so the
+        # default settings are the strict order checked above.
+        assert connect(
+            cluster.ps_addresses[0]).stats()["window_bytes"] == 0
+        return
     # The default window (these 1 KiB weights all fit in it): sent to the PS in
     # schedule order, the PS may answer those in flight together in any order.
-    install_everywhere(cluster.ps_addresses, Schedule.from_order("test", wanted))
+    install_everywhere(cluster.gate_addresses, Schedule.from_order("test", wanted))
     train(cluster, False, 8)
     windowed = [s for s in _steps(cluster)
                 if s["schedule_version"] not in (None, strict[cluster.ps_addresses[0]].version)
@@ -123,7 +130,7 @@ def test_a_transfer_that_does_not_come_is_skipped_and_training_goes_on(cluster, 
     reads = sorted(_steps(cluster)[-2]["order"])
     # A transfer this PS has served (reading the weights for the final fetch) but that
     # no training step makes; scheduled first, everything else would wait for it.
-    ghost = next(n for n in RendezvousClient(cluster.ps_addresses[0]).served_names()
+    ghost = next(n for n in connect(cluster.ps_addresses[0]).served_names()
                  if n.endswith("/Read/ReadVariableOp"))
     order = tmp_path / "order.json"
     Schedule.from_order("test", [ghost] + reads).save(order)
@@ -153,6 +160,10 @@ def test_clear_errors(cluster, tmp_path):
     assert out.returncode == 2 and "cannot reach" in out.stderr, out.stderr
     with pytest.raises(RendezvousError, match="no TicTac rendezvous"):
         RendezvousClient(cluster.worker_addresses[0], timeout_s=5).ping()
+    # A plain TensorFlow PS: the auto-detected client says it cannot enforce.
+    with pytest.raises(RendezvousError, match="has no TicTac gate"):
+        connect(cluster.ps_addresses[1], timeout_s=5).ping()
+    assert connect(cluster.ps_addresses[0]).backend == cluster.backend
 
 
 def test_ps_killed_mid_step_gives_the_worker_an_error_and_nothing_hangs(cluster):

@@ -1,0 +1,354 @@
+"""One set of scenarios for both gates: the Python gate (enforce/gate.py, strict window)
+and the C++ gate (enforce/native/gate.cc, built alone, without TensorFlow, and driven
+through its C API). Each scenario runs on both; the step records must be the same, and
+each scenario also states what it expects."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from tictac_hooks.enforce.gate import Gate, parse_rendezvous_key
+from tictac_hooks.graph.schedule import Schedule
+
+SKIP_S = 0.25
+SRC = "/job:ps/replica:0/task:0/device:CPU:0"
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def key(name: str, dest: str = W0, edge: int = 1) -> str:
+    return f"{SRC};1;{dest};edge_{edge}_{name};0:0"
+
+
+class PythonDriver:
+    """The Python gate, as the rendezvous drives it: a request is forwarded when the
+    gate releases it; its response is handed back once it is also ready."""
+
+    name = "python"
+
+    def __init__(self, max_active_steps: int = 64) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.gate = self._on_loop(lambda: Gate(skip_after_s=SKIP_S, window_bytes=0,
+                                               max_active_steps=max_active_steps))
+        self.tickets: dict[str, object] = {}
+        self.released: set[str] = set()
+        self.ready_: dict[str, tuple[int, str]] = {}
+        self.handed: list[str] = []
+
+    def _on_loop(self, fn):
+        async def run():
+            return fn()
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+
+    def _settle(self) -> None:
+        time.sleep(0.02)  # let released futures' callbacks run
+
+    def install(self, order: list[str], algorithm: str = "test") -> dict:
+        s = Schedule.from_order(algorithm, order)
+        return self._on_loop(lambda: self.gate.install(s).to_json())
+
+    def clear(self) -> None:
+        self._on_loop(self.gate.clear)
+
+    def _hand_back(self, tid: str) -> None:
+        t = self.tickets[tid]
+        nbytes, error = self.ready_.pop(tid)
+        t.nbytes = nbytes
+        self.gate.completed(t)
+        self.gate.handed_back(t, error)
+        self.handed.append(tid)
+
+    def _on_release(self, tid: str) -> None:
+        self.released.add(tid)
+        if tid in self.ready_:
+            self._hand_back(tid)
+
+    def arrive(self, tid: str, step: int, k: str) -> None:
+        def go():
+            name, dest, tensor = parse_rendezvous_key(k)
+            t = self.gate.arrive(step, dest, name, tensor)
+            self.tickets[tid] = t
+            fut = self.gate.request(t)
+            if fut is None:
+                self._on_release(tid)
+            else:
+                fut.add_done_callback(lambda _f: self._on_release(tid))
+        self._on_loop(go)
+        self._settle()
+
+    def ready(self, tid: str, nbytes: int = 100, error: str = "") -> None:
+        def go():
+            self.ready_[tid] = (nbytes, error)
+            if tid in self.released:
+                self._hand_back(tid)
+        self._on_loop(go)
+        self._settle()
+
+    def records(self) -> list[dict]:
+        return self._on_loop(self.gate.records)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class NativeDriver:
+    """The C++ gate through its C API: arrive, then ready with a hand-back callback."""
+
+    name = "native"
+
+    def __init__(self, path: str, max_active_steps: int = 64) -> None:
+        from tictac_hooks.enforce.native.cgate import CGate
+
+        self.gate = CGate.alone(path, skip_after_s=SKIP_S, max_active_steps=max_active_steps)
+        self.ids: dict[str, int] = {}
+        self.handed: list[str] = []
+        self._lock = threading.Lock()
+
+    def install(self, order: list[str], algorithm: str = "test") -> dict:
+        from tictac_hooks.enforce.native.client import install_argument
+        return self.gate.control("install",
+                                 install_argument(Schedule.from_order(algorithm, order)))
+
+    def clear(self) -> None:
+        self.gate.control("clear")
+
+    def arrive(self, tid: str, step: int, k: str) -> None:
+        self.ids[tid] = self.gate.arrive(step, k)
+
+    def ready(self, tid: str, nbytes: int = 100, error: str = "") -> None:
+        def handed():
+            with self._lock:
+                self.handed.append(tid)
+        self.gate.ready(self.ids[tid], nbytes, handed, error)
+        time.sleep(0.02)
+
+    def records(self) -> list[dict]:
+        return self.gate.control("stats", "active")["steps"]
+
+    def close(self) -> None:
+        self.gate.close()
+
+
+def normalized(records: list[dict]) -> list[dict]:
+    return sorted(({
+        "step_id": r["step_id"], "worker": r["worker"],
+        "schedule_version": r["schedule_version"], "algorithm": r["algorithm"],
+        "complete": r["complete"], "order": r["order"],
+        "states": [(t["name"], t["state"], t["priority"], t["bytes"]) for t in r["transfers"]],
+        "errors": [t.get("error", "") for t in r["transfers"]],
+        "skipped": [(k["name"], k["reason"]) for k in r["skipped"]],
+        "skips": r["skips"], "violations": r["violations"], "reordered": r["reordered"],
+        "unlisted": r["unlisted"], "bytes": r["bytes"]} for r in records),
+        key=lambda r: (r["step_id"], r["worker"]))
+
+
+# -- scenarios: each drives a gate and returns a check of its records -------------------
+
+def reversed_order(d):
+    d.install(["c", "b", "a"])
+    for n in "abc":
+        d.arrive(n, 1, key(n))
+        d.ready(n)
+    return lambda recs: recs[0]["order"] == ["c", "b", "a"] and recs[0]["complete"]
+
+
+def unlisted_pass_straight_through(d):
+    d.install(["b", "a"])
+    d.arrive("x", 1, key("x"))
+    d.ready("x")
+    d.arrive("a", 1, key("a"))
+    d.ready("a")
+    d.arrive("b", 1, key("b"))
+    d.ready("b")
+    return lambda recs: recs[0]["order"] == ["x", "b", "a"] and recs[0]["unlisted"] == ["x"]
+
+
+def ready_before_its_turn_waits(d):
+    # "a" is listed first but its response comes last: "b" and "c" wait for it.
+    d.install(["a", "b", "c"])
+    d.arrive("a", 1, key("a"))
+    for n in "bc":
+        d.arrive(n, 1, key(n))
+        d.ready(n)
+    d.ready("a")
+    return lambda recs: recs[0]["order"] == ["a", "b", "c"] and recs[0]["skips"] == 0
+
+
+def a_transfer_that_never_comes_is_skipped(d):
+    d.install(["ghost", "a"])
+    d.arrive("a", 1, key("a"))
+    d.ready("a")
+    time.sleep(SKIP_S * 2.5)
+    return lambda recs: (recs[0]["order"] == ["a"]
+                         and recs[0]["skipped"] == [("ghost", "timeout")])
+
+
+def a_slow_transfer_is_skipped_then_late(d):
+    d.install(["a", "b"])
+    d.arrive("a", 1, key("a"))   # requested, response not ready yet
+    d.arrive("b", 1, key("b"))
+    d.ready("b")
+    time.sleep(SKIP_S * 2.5)
+    d.ready("a")
+    return lambda recs: (recs[0]["order"] == ["b", "a"] and recs[0]["violations"] == 1
+                         and recs[0]["skipped"] == [("a", "slow")])
+
+
+def absent_after_two_steps_is_skipped_at_once(d):
+    d.install(["ghost", "a"])
+    for step in (1, 2):
+        d.arrive(f"a{step}", step, key("a"))
+        d.ready(f"a{step}")
+        time.sleep(SKIP_S * 2.5)
+    t0 = time.monotonic()
+    d.arrive("a3", 3, key("a"))
+    d.ready("a3")
+    fast = time.monotonic() - t0 < SKIP_S
+    return lambda recs: fast and [r["skipped"] for r in recs] == [
+        [("ghost", "timeout")], [("ghost", "timeout")], [("ghost", "absent")]]
+
+
+def duplicate_and_late_names(d):
+    d.install(["a", "b"])
+    for tid in ("a", "a2"):
+        d.arrive(tid, 1, key("a"))
+        d.ready(tid)
+    d.arrive("b", 1, key("b"))
+    d.ready("b")
+    return lambda recs: [s[1] for s in recs[0]["states"]] == ["listed", "duplicate", "listed"]
+
+
+def per_destination_view(d):
+    # Before the install, worker 0 was served a and b, worker 1 only b: worker 1 must
+    # not wait for a.
+    for n, dest in (("a", W0), ("b", W0), ("b1", W1)):
+        d.arrive(n, 1, key(n[0], dest))
+        d.ready(n)
+    d.install(["a", "b"])
+    d.arrive("w1b", 2, key("b", W1))
+    d.ready("w1b")
+    d.arrive("w0b", 2, key("b", W0))
+    d.ready("w0b")
+    d.arrive("w0a", 2, key("a", W0))
+    d.ready("w0a")
+    return lambda recs: ([(r["worker"], r["order"]) for r in recs if r["step_id"] == 2]
+                         == [(W0, ["a", "b"]), (W1, ["b"])]
+                         and all(r["skips"] == 0 for r in recs))
+
+
+def a_step_binds_to_the_schedule_at_its_first_transfer(d):
+    d.arrive("a", 1, key("a"))
+    d.arrive("b", 1, key("b"))
+    d.install(["b", "a"])  # step 1 started before: it stays unordered
+    d.ready("a")
+    d.ready("b")
+    d.arrive("a2", 2, key("a"))
+    d.arrive("b2", 2, key("b"))
+    d.ready("a2")
+    d.ready("b2")
+    d.clear()
+    d.arrive("a3", 3, key("a"))
+    d.ready("a3")
+    return lambda recs: ([(r["step_id"], r["schedule_version"], r["order"]) for r in recs]
+                         == [(1, None, ["a", "b"]), (2, 1, ["b", "a"]), (3, None, ["a"])])
+
+
+def an_error_response_goes_at_once_and_advances(d):
+    d.install(["a", "b"])
+    d.arrive("b", 1, key("b"))
+    d.ready("b")
+    d.arrive("a", 1, key("a"))
+    d.ready("a", 0, "aborted")
+    return lambda recs: recs[0]["order"] == ["a", "b"] and recs[0]["errors"] == ["aborted", ""]
+
+
+def a_tensor_sent_twice_is_ordered_by_its_full_name(d):
+    # One node's tensor over two edges in one step: both full names count as served,
+    # and a schedule listing the full names orders each copy by it.
+    d.arrive("x3", 1, key("x", edge=3))
+    d.ready("x3")
+    d.arrive("x5", 1, key("x", edge=5))
+    d.ready("x5")
+    d.install(["edge_5_x", "edge_3_x"])
+    d.arrive("y3", 2, key("x", edge=3))
+    d.arrive("y5", 2, key("x", edge=5))
+    d.ready("y3")
+    d.ready("y5")
+    return lambda recs: recs[-1]["order"] == ["edge_5_x", "edge_3_x"]
+
+
+SCENARIOS = [reversed_order, unlisted_pass_straight_through, ready_before_its_turn_waits,
+             a_transfer_that_never_comes_is_skipped, a_slow_transfer_is_skipped_then_late,
+             absent_after_two_steps_is_skipped_at_once, duplicate_and_late_names,
+             per_destination_view, a_step_binds_to_the_schedule_at_its_first_transfer,
+             an_error_response_goes_at_once_and_advances,
+             a_tensor_sent_twice_is_ordered_by_its_full_name]
+
+
+@pytest.fixture(scope="module")
+def gate_library():
+    from tictac_hooks.enforce.native.build import NativeBuildError, build
+    try:
+        return build(with_tensorflow=False, quiet=True).path
+    except NativeBuildError as e:
+        pytest.skip(f"no C++ toolchain for the native gate: {e}")
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
+def test_both_gates_give_the_same_records(scenario, gate_library):
+    results = {}
+    for driver in (PythonDriver(), NativeDriver(gate_library)):
+        try:
+            check = scenario(driver)
+            time.sleep(0.05)
+            records = normalized(driver.records())
+        finally:
+            driver.close()
+        assert records, f"{driver.name}: no records"
+        assert check(records), f"{driver.name}: {records}"
+        results[driver.name] = (records, driver.handed)
+    assert results["native"][0] == results["python"][0]
+    assert results["native"][1] == results["python"][1]  # the same hand-back order
+
+
+def test_evicting_an_old_step_hands_back_what_it_held(gate_library):
+    for driver in (PythonDriver(max_active_steps=2), NativeDriver(gate_library, 2)):
+        try:
+            driver.install(["ghost", "a"])
+            driver.arrive("a1", 1, key("a"))
+            driver.ready("a1")
+            assert driver.handed == []  # held behind "ghost"
+            driver.arrive("a2", 2, key("a"))
+            driver.arrive("a3", 3, key("a"))  # a third step: step 1 is finished
+            time.sleep(0.05)
+            assert driver.handed[:1] == ["a1"], driver.name
+        finally:
+            driver.close()
+
+
+def test_native_gate_rejects_malformed_schedules(gate_library):
+    from tictac_hooks.enforce.native.cgate import CGate
+    from tictac_hooks.graph.schedule import ScheduleError
+
+    g = CGate.alone(gate_library)
+    try:
+        for arg, message in (("order\na\t0\na\t1\n", "more than once"),
+                             ("order\na\t5\n", "in \\[0, 1\\)"),
+                             ("order\na\tx\n", "not a whole number"),
+                             ("order\nb\t1\na\t0\n", "not sorted"),
+                             ("bogus\t1\norder\n", "unknown control setting"),
+                             ("skip_after_s\t-1\norder\n", "> 0")):
+            with pytest.raises(ScheduleError, match=message):
+                g.control("install", arg)
+        with pytest.raises(ScheduleError, match="unknown control verb"):
+            g.control("nope")
+        assert g.control("install", "order\na\t0\n")["version"] == 1
+    finally:
+        g.close()
