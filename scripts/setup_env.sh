@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # Creates .venv/ at the repository root with TensorFlow (CPU), tf_keras, Keras 3 and
-# this package (editable, with the test extra). Idempotent: re-runs only when the
-# inputs below change. Used by scripts/main.sh and scripts/test.sh.
+# this package (editable, with the test extra), then prebuilds the native TicTac gate
+# against that TensorFlow (`tictac build`; cached per user, so tests and the main job
+# don't pay for it). Idempotent: each part re-runs only when its inputs change. Used by
+# scripts/main.sh and scripts/test.sh.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 PY="${PYTHON:-python3}"
 stamp_inputs="$(cat setup.cfg pyproject.toml scripts/setup_env.sh | sha256sum | cut -c1-16)"
 stamp=".venv/.tictac-setup-$stamp_inputs"
+native_inputs="$(cat tictac_hooks/enforce/native/*.cc tictac_hooks/enforce/native/*.h \
+  tictac_hooks/enforce/native/build.py | sha256sum | cut -c1-16)"
+native_stamp=".venv/.tictac-native-$native_inputs"
+prebuild() {
+  [ -f "$native_stamp" ] && return 0
+  .venv/bin/python -m tictac_hooks.cli build >/dev/null
+  rm -f .venv/.tictac-native-*
+  touch "$native_stamp"
+}
 if [ -x .venv/bin/python ] && [ -f "$stamp" ]; then
+  prebuild
   exit 0
 fi
 echo "[setup] creating .venv (TensorFlow CPU, tf_keras, Keras 3, tictac-hooks)" >&2
@@ -23,4 +35,5 @@ echo "[setup] creating .venv (TensorFlow CPU, tf_keras, Keras 3, tictac-hooks)" 
 .venv/bin/python -m pip install -q --no-deps -e .
 rm -f .venv/.tictac-setup-*
 touch "$stamp"
+prebuild
 echo "[setup] done" >&2

@@ -176,13 +176,13 @@ _CLIENT = textwrap.dedent("""
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
     from tests.enforce.test_cluster_graph import build
-    from tictac_hooks.enforce.client import RendezvousClient
+    from tictac_hooks.enforce.client import connect
     worker, ps = sys.argv[1], sys.argv[2]
     g, init, train, loss, _, _ = build(0)
     with tf.compat.v1.Session("grpc://" + worker, graph=g) as s:
         s.run(init)
         losses = [float(s.run([train, loss])[1]) for _ in range(3)]
-    steps = [st for st in RendezvousClient(ps).stats()["steps"] if st["order"]]
+    steps = [st for st in connect(ps).stats()["steps"] if st["order"]]
     print(json.dumps({"losses": losses, "steps": len(steps),
                       "reads": sorted(steps[-1]["order"]) if steps else []}))
 """)
@@ -191,12 +191,15 @@ _CLIENT = textwrap.dedent("""
 @pytest.mark.root
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_a_cluster_in_namespaces_trains_through_the_rendezvous():
+@pytest.mark.parametrize("backend", ["native", "proxy"])
+def test_a_cluster_in_namespaces_trains_through_the_gate(backend):
     _skip_without_root()
     with ShapedNetwork(cluster_hosts(1, 1), rate="1gbit") as net, \
-            LocalCluster(num_ps=1, num_workers=1, rendezvous=True, network=net) as c:
+            LocalCluster(num_ps=1, num_workers=1, rendezvous=True, network=net,
+                         backend=backend) as c:
         assert c.ps_addresses == [f"{net.address('ps0')}:2222"]
-        assert c.ps_private_addresses == [f"{net.address('ps0')}:2223"]
+        port = 2222 if backend == "native" else 2223  # the proxy's TF server is behind it
+        assert c.ps_private_addresses == [f"{net.address('ps0')}:{port}"]
         assert c.worker_addresses == [f"{net.address('worker0')}:2222"]
         before = net.egress_bytes("ps0")
         client = c.spawn_in("client", [sys.executable, "-c", _CLIENT, c.worker_addresses[0],
@@ -212,7 +215,7 @@ def test_a_cluster_in_namespaces_trains_through_the_rendezvous():
         sent = net.egress_bytes("ps0") - before
     assert len(result["losses"]) == 3 and result["losses"][-1] < result["losses"][0], result
     assert result["steps"] >= 3, result
-    assert len(result["reads"]) >= 4, result  # the rendezvous served the variable reads
+    assert len(result["reads"]) >= 4, result  # the gate served the variable reads
     assert sent > 4 * 16 * 16 * 4, sent  # through ps0's shaped link
     assert not _ours(net.id)
 
@@ -220,7 +223,7 @@ def test_a_cluster_in_namespaces_trains_through_the_rendezvous():
 _COORDINATOR = textwrap.dedent("""
     import json, sys
     import tensorflow as tf
-    from tictac_hooks.enforce.client import RendezvousClient
+    from tictac_hooks.enforce.client import connect
     spec, ps = json.loads(sys.argv[1]), sys.argv[2]
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc")
@@ -236,14 +239,14 @@ _COORDINATOR = textwrap.dedent("""
     results = [coordinator.schedule(step) for _ in range(4)]
     coordinator.join()
     print(json.dumps({"v0": float(v.numpy()[0]), "last": float(results[-1].fetch()),
-                      "rendezvous_steps": len(RendezvousClient(ps).stats()["steps"])}))
+                      "rendezvous_steps": len(connect(ps).stats()["steps"])}))
 """)
 
 
 @pytest.mark.root
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_a_pss_coordinator_on_the_chief_host_trains_through_the_rendezvous():
+def test_a_pss_coordinator_on_the_chief_host_trains_through_the_native_gate():
     _skip_without_root()
     with ShapedNetwork(cluster_hosts(1, 1, chief=True, clients=()), rate="1gbit") as net, \
             LocalCluster(num_ps=1, num_workers=1, chief=True, network=net) as c:

@@ -1,6 +1,6 @@
 """Launching PS tasks: `tictac ps --tf-config` (cluster and task from TF_CONFIG, the way
-Kubernetes launches PS tasks) serves the rendezvous on the cluster-spec address and
-forwards real TensorFlow traffic; a wrong TF_CONFIG is a one-line error with exit code 2;
+Kubernetes launches PS tasks) serves the TicTac gate (native, or the rendezvous in front
+of the PS) on the cluster-spec address and serves real TensorFlow traffic through it; a wrong TF_CONFIG is a one-line error with exit code 2;
 LocalCluster's processes die with their parent even when it is SIGKILLed (no atexit),
 and live on when the thread that started them ends."""
 
@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 
-from tictac_hooks.enforce.client import RendezvousClient, RendezvousError
+from tictac_hooks.enforce.client import RendezvousClient, RendezvousError, connect
 from tictac_hooks.enforce.launcher import repo_pythonpath
 from tictac_hooks.enforce.procs import die_with_parent
 from tictac_hooks.enforce.server import free_port
@@ -86,12 +86,12 @@ def _wait_for(what, check, proc, log, timeout_s=START_TIMEOUT_S):
         time.sleep(0.2)
 
 
-def _rendezvous_answers(address: str) -> bool:
-    with RendezvousClient(address, timeout_s=1.0) as client:
-        try:
+def _rendezvous_answers(address: str, backend: str = "auto") -> bool:
+    try:
+        with connect(address, timeout_s=1.0, backend=backend) as client:
             return client.ping()
-        except RendezvousError:
-            return False
+    except RendezvousError:
+        return False
 
 
 def _grpc_answers(address: str) -> bool:
@@ -110,27 +110,39 @@ def _grpc_answers(address: str) -> bool:
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_ps_from_tf_config_serves_the_rendezvous_and_forwards_tensorflow(launch):
+@pytest.mark.parametrize("backend", ["native", "proxy"])
+def test_ps_from_tf_config_serves_the_gate_and_tensorflow(launch, backend):
     tf = pytest.importorskip("tensorflow")
     # Two PS in the cluster, this one is ps:1: its index and port come from TF_CONFIG.
     # ps:0 is never started; the session's device filters keep the worker off it.
     cluster = {"ps": [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"],
                "worker": [f"127.0.0.1:{free_port()}"]}
     public = cluster["ps"][1]
-    ps, ps_log = launch(["ps", "--tf-config"], _tf_config(cluster, "ps", 1))
+    ps, ps_log = launch(["ps", "--tf-config", "--backend", backend],
+                        _tf_config(cluster, "ps", 1))
     worker, worker_log = launch(["server", "--tf-config"], _tf_config(cluster, "worker", 0))
 
-    # (a) The control service answers on the address the cluster spec names for ps:1.
-    _wait_for("tictac ps --tf-config", lambda: _rendezvous_answers(public), ps, ps_log)
-    banner = re.search(r"tictac ps: ps:1 rendezvous on (\S+), TensorFlow server on (\S+)",
-                       _log(ps_log))
-    assert banner, _log(ps_log)
-    assert banner.group(1) == public
-    private = banner.group(2)
-    assert private != public and private not in cluster["ps"]
-    with RendezvousClient(public) as client:
-        before = client.stats()
-    assert before["ps"] == public and before["upstream"] == private
+    # (a) The gate answers on the address the cluster spec names for ps:1.
+    _wait_for("tictac ps --tf-config", lambda: _rendezvous_answers(public, backend), ps,
+              ps_log)
+    if backend == "native":
+        banner = re.search(r"tictac ps: ps:1 native gate \(grpc\+tictac\) on (\S+)",
+                           _log(ps_log))
+        assert banner and banner.group(1) == public, _log(ps_log)
+        with connect(public) as client:
+            before = client.stats()
+            assert client.backend == "native" and client.device == "/job:ps/replica:0/task:1"
+        assert before["ps"] == public and before["backend"] == "native"
+    else:
+        banner = re.search(r"tictac ps: ps:1 rendezvous on (\S+), TensorFlow server on (\S+)",
+                           _log(ps_log))
+        assert banner, _log(ps_log)
+        assert banner.group(1) == public
+        private = banner.group(2)
+        assert private != public and private not in cluster["ps"]
+        with RendezvousClient(public) as client:
+            before = client.stats()
+        assert before["ps"] == public and before["upstream"] == private
     assert not any(s["order"] for s in before["steps"])  # nothing served yet
 
     # (b) A real TensorFlow worker reads a variable placed on that PS, in graph mode.
@@ -153,8 +165,8 @@ def test_ps_from_tf_config_serves_the_rendezvous_and_forwards_tensorflow(launch)
         assert sess.run(doubled) == pytest.approx(2 * value.sum())
         np.testing.assert_array_equal(sess.run(v), value)
 
-    # The tensors went through the rendezvous: it recorded and handed back transfers.
-    with RendezvousClient(public) as client:
+    # The tensors went through the gate: it recorded and handed back transfers.
+    with connect(public) as client:
         after = client.stats()
         served = client.served_names()
     steps = [s for s in after["steps"] if s["order"]]
@@ -191,7 +203,7 @@ def test_a_wrong_tf_config_is_a_clear_error(tf_config, args, message):
     assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
     assert "tictac ps: error: " + message in out.stderr, out.stderr
     assert "Traceback" not in out.stderr, out.stderr
-    assert "rendezvous on" not in out.stdout  # nothing was started
+    assert "rendezvous on" not in out.stdout and "native gate" not in out.stdout  # nothing started
 
 
 def test_tf_config_given_inline_and_a_ps_task_given_to_tictac_server():

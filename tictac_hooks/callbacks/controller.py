@@ -108,19 +108,19 @@ class Controller:
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
-        """Checks every PS has a rendezvous; clears old schedules (profiling phase)."""
-        from tictac_hooks.enforce.client import RendezvousClient, RendezvousError
+        """Checks every PS has a TicTac gate; clears old schedules (profiling phase)."""
+        from tictac_hooks.enforce.client import RendezvousError, connect
         for i, address in enumerate(self.ps_addresses):
             try:
-                with RendezvousClient(address, timeout_s=10.0) as client:
+                with connect(address, timeout_s=10.0) as client:
                     client.ping()
                     if self.installs:
                         client.clear()
             except RendezvousError as e:
                 raise TicTacSetupError(
-                    f"PS task ps:{i} ({address}): {e}. TicTac needs its rendezvous in front "
-                    "of every PS: launch PS tasks with `tictac ps --cluster-spec ... "
-                    "--task-index N` (or tictac_hooks.enforce.TicTacServer in place of "
+                    f"PS task ps:{i} ({address}): {e}. TicTac needs its gate at every PS: "
+                    "launch PS tasks with `tictac ps --cluster-spec ... --task-index N` "
+                    "(or tictac_hooks.enforce.server.TicTacServer in place of "
                     "tf.distribute.Server), or use LocalCluster for a local run") from None
 
     # --- statistics ---------------------------------------------------------------------
@@ -258,7 +258,7 @@ class Controller:
 
     def _install(self, parts: Sequence[tuple[Graph, Schedule]]) -> None:
         """Each PS gets, per worker, that worker's order restricted to its transfers."""
-        from tictac_hooks.enforce.client import RendezvousClient
+        from tictac_hooks.enforce.client import connect
         per_channel: dict[str, list[Schedule]] = {}
         for graph, schedule in parts:
             for channel, sub in schedule.per_channel(graph).items():
@@ -270,7 +270,7 @@ class Controller:
                                     f"{len(self.ps_addresses)} PS tasks")
             address = self.ps_addresses[index]
             part = subs[0] if len(subs) == 1 else Schedule.merged(subs)
-            with RendezvousClient(address) as client:
+            with connect(address) as client:
                 result = client.install(part, skip_after_s=self.settings.skip_timeout,
                                         window_bytes=self.settings.window_bytes)
             if result.unmatched:

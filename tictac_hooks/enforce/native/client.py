@@ -19,6 +19,56 @@ from tictac_hooks.enforce.gate import InstallResult, check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 PS_JOB = "ps"
+_DEVICES: dict[str, str] = {}  # address -> the PS device found there (asked once)
+
+
+GET_STATUS = "/tensorflow.WorkerService/GetStatus"
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 63:
+            raise ValueError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, pos
+
+
+def _fields(buf: bytes):
+    """(field number, wire type, value) of a protobuf message's top-level fields."""
+    pos = 0
+    while pos < len(buf):
+        tag, pos = _varint(buf, pos)
+        number, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 2:
+            n, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + n], pos + n
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+        yield number, wire, value
+
+
+def device_names(get_status_response: bytes) -> list[str]:
+    """Device names in a serialized GetStatusResponse (worker.proto: field 1, repeated
+    DeviceAttributes, whose field 1 is the name; worker.proto is not in the wheel, see
+    patches/tf_worker_proto.py)."""
+    names = []
+    for number, wire, value in _fields(get_status_response):
+        if number == 1 and wire == 2:
+            for n2, w2, v2 in _fields(value):
+                if n2 == 1 and w2 == 2:
+                    names.append(v2.decode())
+    return names
 
 
 class NativeGateError(RendezvousError):
@@ -84,25 +134,32 @@ class NativeClient(GateClient):
         return NativeGateError(f"PS at {self.address}: {type(e).__name__}: {text[:500]}")
 
     def _discover(self) -> str:
-        import tensorflow as tf
+        """The PS's own task, from its worker service's GetStatus (its local devices):
+        asks that PS alone, so other tasks of the cluster need not be up."""
+        import grpc
 
-        g = tf.Graph()
-        with g.as_default(), tf.device(f"/job:{PS_JOB}"):
-            probe = tf.constant(0)
-        with tf.compat.v1.Session(f"grpc://{self.address}", graph=g,
-                                  config=self._config(f"/job:{PS_JOB}")) as s:
-            s.run(probe)  # creates the master session, so its devices are listed
-            devices = [d.name for d in s.list_devices()]
-        if not devices:
-            raise NativeGateError(f"the PS at {self.address} lists no devices")
-        name = devices[0]  # the master's own devices come first
+        with grpc.insecure_channel(self.address) as channel:
+            get_status = channel.unary_unary(GET_STATUS)
+            try:
+                reply = get_status(b"", timeout=self.timeout_s)
+            except grpc.RpcError as e:
+                raise NativeGateError(
+                    f"cannot reach the TicTac PS at {self.address}: {e.code().name}: "
+                    f"{e.details()}; is the PS running, and is this its address in the "
+                    "cluster spec?") from None
+        names = device_names(reply)
+        cpu = [n for n in names if "/device:CPU:" in n] or names
+        if not cpu:
+            raise NativeGateError(f"the TensorFlow server at {self.address} lists no devices")
+        name = cpu[0]
         return name[:name.index("/device:")] if "/device:" in name else name
 
     def _open(self) -> None:
         import tensorflow as tf
 
         if self._device is None:
-            self._device = self._discover()
+            self._device = _DEVICES.get(self.address) or self._discover()
+            _DEVICES[self.address] = self._device
         g = tf.Graph()
         with g.as_default(), tf.device(self._device):
             self._verb = tf.compat.v1.placeholder(tf.string, [])
@@ -122,6 +179,7 @@ class NativeClient(GateClient):
                 raise
             except Exception as e:  # noqa: BLE001 - TensorFlow's errors, translated
                 self._close_session()
+                _DEVICES.pop(self.address, None)  # a restarted PS may be another task
                 raise self._errors(e) from None
         return json.loads(reply.decode())
 
