@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true",
                    help="a CI-sized smoke run (MobileNet-v2 inference, 2 workers, 4 steps)")
     p.add_argument("--loopback", action="store_true", help="do not shape: loopback only")
+    p.add_argument("--backend", choices=("native", "proxy"), default="native",
+                   help="where the gate runs at each PS (default native)")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="bound on the run, seconds (default 1800)")
     p.set_defaults(func=_bench)
@@ -61,7 +63,7 @@ def _bench(args: argparse.Namespace) -> int:
                     steps=args.steps, block_steps=args.block_steps, warmup=args.warmup,
                     batch=args.batch, schedules=[s.strip() for s in args.schedules.split(",")
                                                  if s.strip()],
-                    loopback=args.loopback, timeout_s=args.timeout)
+                    loopback=args.loopback, timeout_s=args.timeout, backend=args.backend)
     if args.window_bytes is not None:
         settings["window_bytes"] = args.window_bytes
     if args.quick:

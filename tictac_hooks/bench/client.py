@@ -45,7 +45,8 @@ class Runner:
         self.sessions = [tf.compat.v1.Session("grpc://" + cfg["masters"][i],
                                               graph=self.work.graph)
                          for i in range(len(sets))]
-        self.sessions[0].run(self.work.init)
+        for session in self.sessions:  # a native PS's direct twin holds its own copy
+            session.run(self.work.init)
 
     def step(self, which: int, **kwargs: Any) -> metrics.StepRecord | None:
         tower_set = self.work.sets[which]

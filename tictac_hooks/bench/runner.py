@@ -3,9 +3,10 @@
 Every task (PS, workers, the client) runs in its own network namespace behind a veth
 link shaped with ``tc`` (:class:`~tictac_hooks.enforce.netns.ShapedNetwork`). There are
 two sets of ``W`` identical worker tasks with identical links: the *interposed* set
-reaches the PS tasks through the TicTac rendezvous (schedules "rendezvous" = no
-schedule, "tic", "tac", "random", "layer"), the *direct* set reaches the PS's
-TensorFlow servers directly ("none": TensorFlow's default, no rendezvous). Only one set
+reaches the PS tasks through the TicTac gate (schedules "rendezvous" = the gate with no
+schedule, "tic", "tac", "random", "layer"), the *direct* set reaches plain TensorFlow
+servers ("none": TensorFlow's default, no gate): with the native backend (default) a
+plain twin of each PS on the same host, with the proxy the TensorFlow server behind it. Only one set
 runs at a time, in rotating blocks, so both see the same PS links, CPU and drift.
 Without root or ``tc`` it falls back to loopback and says so, in its output and JSON.
 """
@@ -50,6 +51,7 @@ class BenchConfig:
     window_bytes: int = DEFAULT_WINDOW_BYTES
     timeout_s: float = 1800.0
     loopback: bool = False
+    backend: str = "native"
 
     def validate(self) -> None:
         workloads.model_key(self.model)
@@ -66,6 +68,8 @@ class BenchConfig:
             raise ValueError(f"--schedules must be distinct names from {','.join(SCHEDULES)}, "
                              f"got {','.join(self.schedules)}")
         parse_rates(self.bandwidth)
+        if self.backend not in ("native", "proxy"):
+            raise ValueError(f"--backend must be native or proxy, got {self.backend!r}")
 
     @property
     def label(self) -> str:
@@ -144,6 +148,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             hosts = netns.cluster_hosts(config.ps, total_workers)
             with netns.ShapedNetwork(hosts, rate=first) as net, LocalCluster(
                     num_ps=config.ps, num_workers=total_workers, rendezvous=True,
+                    backend=config.backend,
                     direct_workers=direct_tasks, network=net, env=env,
                     skip_after_s=config.skip_timeout,
                     window_bytes=config.window_bytes) as cluster:
@@ -152,7 +157,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
                 result = _drive(cluster, cfg, tmp, config.timeout_s, net, say)
         else:
             with LocalCluster(num_ps=config.ps, num_workers=total_workers, rendezvous=True,
-                              direct_workers=direct_tasks, env=env,
+                              backend=config.backend, direct_workers=direct_tasks, env=env,
                               skip_after_s=config.skip_timeout,
                               window_bytes=config.window_bytes) as cluster:
                 result = _drive(cluster, cfg, tmp, config.timeout_s, None, say)

@@ -124,9 +124,12 @@ class LocalCluster:
       start_timeout_s: how long to wait for every task to answer (default 120).
       env: extra environment for the children.
       log_dir: where each task's stdout/stderr goes (default: a temporary directory).
-      direct_workers: proxy only: indices of workers whose TensorFlow server gets
-        :meth:`direct_spec` (they reach every PS without the rendezvous), to compare
-        both paths in one cluster.
+      direct_workers: indices of workers whose TensorFlow server gets
+        :meth:`direct_spec`, to compare both paths in one cluster: they reach every PS
+        without the gate (proxy: the TensorFlow server behind the rendezvous; native:
+        a plain TensorFlow PS twin of each gated PS, job ``ps-direct`` here, on the same
+        host, holding its own copy of the variables, so run the initializer through
+        a direct worker too).
       network: an open :class:`~tictac_hooks.enforce.netns.ShapedNetwork` with hosts
         ``ps<i>``, ``worker<i>`` (and ``chief`` when ``chief``), see
         :func:`~tictac_hooks.enforce.netns.cluster_hosts`; each task runs in its
@@ -153,13 +156,12 @@ class LocalCluster:
             raise ValueError(f"rendezvous has {len(rendezvous)} entries for {num_ps} PS")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if direct_workers and backend != "proxy":
-            raise ValueError("direct_workers needs backend='proxy' (a native PS has one "
-                             "address: compare against a plain PS instead)")
         self.backend = backend
         self.enforcing = list(rendezvous)
-        # PS tasks with a proxy in front (a private address behind the public one).
-        self.rendezvous = [rv and backend == "proxy" for rv in rendezvous]
+        # PS tasks with a private (direct) address beside the public one: the TensorFlow
+        # server behind a proxy, or a native PS's plain twin for direct workers.
+        self.rendezvous = [rv and (backend == "proxy" or bool(direct_workers))
+                           for rv in rendezvous]
         self.network = network
         jobs = {"ps": num_ps, "worker": num_workers, **({"chief": 1} if chief else {})}
         if network is None:
@@ -260,7 +262,7 @@ class LocalCluster:
                 args += ["--backend", self.backend]
                 if self.skip_after_s is not None:
                     args += ["--skip-after", str(self.skip_after_s)]
-            if rv:
+            if rv and self.backend == "proxy":
                 args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
                 if self.network is not None:
                     args += ["--bind-host", self.network.address(self.host("ps", i))]
@@ -269,6 +271,11 @@ class LocalCluster:
             elif not on:
                 args += ["--no-rendezvous"]
             self._start_task("ps", i, args)
+            if rv and self.backend == "native":  # the plain twin direct workers reach
+                self._start_task("ps-direct", i, [
+                    "server", "--cluster-spec", json.dumps(self.direct_spec()), "--job", "ps",
+                    "--task-index", str(i)], host=self.host("ps", i),
+                    address=self.ps_private_addresses[i])
         for i in range(len(self.spec["worker"])):
             spec = self.direct_spec() if i in self.direct_workers else self.spec
             self._start_task("worker", i, [
@@ -288,18 +295,24 @@ class LocalCluster:
             f"127.0.0.1:{free_port()}" if rv else addr
             for rv, addr in zip(self.rendezvous, self.spec["ps"])]
 
-    def _start_task(self, job: str, index: int, args: list[str]) -> Task:
+    def _start_task(self, job: str, index: int, args: list[str], host: str | None = None,
+                    address: str | None = None) -> Task:
         log_path = os.path.join(self.log_dir, f"{job}{index}.log")
         log = open(log_path, "wb")
         argv = [sys.executable, "-m", "tictac_hooks.enforce.cli", *args]
         popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                      env=self.child_env(), preexec_fn=die_with_parent)
-        host = self.host(job, index) if self.network is not None else None
+        if self.network is None:
+            host = None
+        elif host is None:
+            host = self.host(job, index)
         proc = (self.network.run(host, argv, **popen) if host is not None
                 else on_lasting_thread(lambda: subprocess.Popen(argv, **popen)))
         log.close()
-        private = self.ps_private_addresses[index] if job == "ps" else None
-        task = Task(job, index, self.spec[job][index], proc, log_path, private, host)
+        private = (self.ps_private_addresses[index]
+                   if job == "ps" and self.backend == "proxy" else None)
+        task = Task(job, index, address or self.spec[job][index], proc, log_path, private,
+                    host)
         self.tasks.append(task)
         return task
 
