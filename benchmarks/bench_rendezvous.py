@@ -1,25 +1,23 @@
-"""Benchmark of the TicTac rendezvous on loopback: prints a table.
+"""Benchmark of the TicTac gate's cost on loopback, both backends: prints a table.
 
-1. Forwarded RecvTensor throughput, interposed vs direct, same cluster, same run
-   (PS 0 direct, PS 1 behind the rendezvous; NUM_VARS x VAR_MIB variables each),
-   fetches alternating ABBA; the per-rep ratio's median with a bootstrap 95 % interval.
-   Also the CPU time each PS process (and the worker) spends per GiB, direct and
-   interposed: the difference is what the rendezvous costs, a steadier number than the
-   ratio, and the ratio the CPU figures predict if both paths were CPU-bound (on 2
-   cores shared by PS, rendezvous and worker, they nearly are).
-2. The floor: raw TCP between two processes, direct vs through a forwarder process
-   that only copies (no HTTP/2, no gate); then RecvTensor from three PS of one cluster,
-   direct, behind such a copy-only forwarder, and behind the rendezvous (both in their
-   PS's process). What one extra copying hop costs on this machine, whatever forwards.
-3. Step-time overhead with no schedule installed on a communication-heavy model
-   (worker 0 reaches the PS through the rendezvous, worker 1 directly; alternating).
-4. PS (+ rendezvous) RSS over --rss-steps training steps with a schedule installed,
-   and the gate's bounded state at the end.
+1. RecvTensor throughput from four PS of one cluster, the same variables on each
+   (NUM_VARS x VAR_MIB), one worker reading them: a plain TensorFlow PS (direct), the
+   native gate (grpc+tictac, in the PS), a copy-only forwarder in front of a plain PS
+   (the floor of any interposer that copies through the kernel), and the HTTP/2
+   rendezvous (the proxy). The order of the four rotates every rep; per-rep ratios to
+   direct with a bootstrap 95 % interval, and each PS process's CPU time per GiB.
+2. The raw-TCP floor: sender -> receiver directly vs through a copy-only forwarder
+   process (no HTTP/2, no gate, no TensorFlow).
+3. Step-time overhead with no schedule installed on a communication-heavy model: the
+   same model with its variables on a plain PS or on a gated PS of one cluster,
+   alternating (--backend native or proxy).
+4. Native PS RSS over --rss-steps training steps with a schedule installed, and the
+   gate's bounded state at the end.
 
 Loopback only; bench_shaped_overhead.py measures a shaped link.
 
   .venv/bin/python benchmarks/bench_rendezvous.py [--var-mib 64] [--rss-steps 10000]
-      [--only throughput|floor|overhead|memory] [--reps 25]
+      [--only throughput|floor|overhead|memory] [--reps 25] [--backend native]
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tictac_hooks.enforce.client import RendezvousClient  # noqa: E402
+from tictac_hooks.enforce.client import connect  # noqa: E402
 from tictac_hooks.enforce.launcher import LocalCluster, repo_pythonpath  # noqa: E402
 from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread  # noqa: E402
 from tictac_hooks.enforce.server import free_port  # noqa: E402
@@ -82,35 +80,6 @@ def read_graph(num_ps: int, var_mib: int, num_vars: int):
                 fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
         init = tf.compat.v1.global_variables_initializer()
     return g, init, fetch
-
-
-def throughput(var_mib: int, num_vars: int, reps: int
-               ) -> tuple[list[float], list[float], float, float, float, float]:
-    """(direct GiB/s per rep, interposed GiB/s per rep, PS CPU s/GiB direct and
-    interposed, worker CPU s/GiB direct and interposed). The fetches alternate ABBA
-    (direct, interposed, interposed, direct, ...), so neither path always goes first."""
-    with LocalCluster(num_ps=2, num_workers=1, rendezvous=[False, True]) as c:
-        g, init, fetch = read_graph(2, var_mib, num_vars)
-        times = {0: [], 1: []}
-        cpu = {0: 0.0, 1: 0.0}
-        worker_cpu = {0: 0.0, 1: 0.0}
-        pids = [c.task("ps", i).process.pid for i in range(2)]
-        worker = c.task("worker", 0).process.pid
-        with tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g) as s:
-            s.run(init)
-            s.run(fetch)
-            for rep in range(reps):
-                for ps in ((0, 1) if rep % 2 == 0 else (1, 0)):
-                    c0, w0 = cpu_s(pids[ps]), cpu_s(worker)
-                    t = time.perf_counter()
-                    s.run(fetch[ps])
-                    times[ps].append(time.perf_counter() - t)
-                    cpu[ps] += cpu_s(pids[ps]) - c0
-                    worker_cpu[ps] += cpu_s(worker) - w0
-        gb = var_mib * num_vars / 1024
-        return ([gb / t for t in times[0]], [gb / t for t in times[1]],
-                cpu[0] / (gb * reps), cpu[1] / (gb * reps),
-                worker_cpu[0] / (gb * reps), worker_cpu[1] / (gb * reps))
 
 
 def median_ci(values: list[float], level: float = 0.95, resamples: int = 2000,
@@ -225,11 +194,11 @@ def _fork_child(fn, *args) -> int:
     return pid
 
 
-def comm_heavy_model(worker: int, num_vars: int = 16, var_mib: int = 4):
+def comm_heavy_model(worker: int, num_vars: int = 16, var_mib: int = 4, ps: int = 0):
     g = tf.Graph()
     with g.as_default():
         n = int((var_mib << 18) ** 0.5)
-        with tf.device("/job:ps/task:0"):
+        with tf.device(f"/job:ps/task:{ps}"):
             ws = [tf.compat.v1.get_variable(f"w{i}", shape=[n, n],
                   initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
                   for i in range(num_vars)]
@@ -241,30 +210,35 @@ def comm_heavy_model(worker: int, num_vars: int = 16, var_mib: int = 4):
     return g, init, train
 
 
-def overhead(steps: int) -> tuple[float, float]:
-    with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1]) as c:
+def overhead(steps: int, backend: str) -> dict[str, list[float]]:
+    """Step times per PS: one worker trains the same model with its variables on the
+    plain ps0, the gated ps1 or the plain ps2 (an A/A control: what two plain PS
+    differ by on this machine), in an order that rotates every step."""
+    with LocalCluster(num_ps=3, num_workers=1, rendezvous=[False, True, False],
+                      backend=backend) as c:
         sessions = []
-        for worker in (0, 1):
-            g, init, train = comm_heavy_model(worker)
-            s = tf.compat.v1.Session("grpc://" + c.worker_addresses[worker], graph=g)
+        for ps in range(3):
+            g, init, train = comm_heavy_model(0, ps=ps)
+            s = tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g)
             s.run(init)
             s.run(train)
             sessions.append((s, train))
-        times = {0: [], 1: []}
-        for _ in range(steps):
-            for worker in (0, 1):
-                s, train = sessions[worker]
+        times: dict[str, list[float]] = {"plain": [], "gate": [], "plain2": []}
+        names = list(times)
+        for step in range(steps):
+            for ps in [(step + j) % 3 for j in range(3)]:
+                s, train = sessions[ps]
                 t = time.perf_counter()
                 s.run(train)
-                times[worker].append(time.perf_counter() - t)
+                times[names[ps]].append(time.perf_counter() - t)
         for s, _ in sessions:
             s.close()
-        return statistics.median(times[1]), statistics.median(times[0])
+        return times
 
 
 # -- TensorFlow through a copy-only forwarder: the best any interposer could do -------
 
-FORWARDER_KINDS = ("direct", "copy-only", "rendezvous")
+FORWARDER_KINDS = ("direct", "native", "copy-only", "rendezvous")
 
 
 def _copy_forwarder(listen_port: int, upstream_port: int) -> None:
@@ -286,16 +260,21 @@ def _copy_forwarder(listen_port: int, upstream_port: int) -> None:
 
 def forwarder_task(cfg: dict[str, Any]) -> None:
     """A task of the forwarders cluster (run as a child process): a worker, or a PS
-    whose TensorFlow server listens on the spec's port (direct) or on a private port
-    behind a copy-only forwarder or the TicTac rendezvous, in this process."""
+    whose TensorFlow server listens on the spec's port (direct, or native: the gate in
+    this server) or on a private port behind a copy-only forwarder or the TicTac
+    rendezvous, in this process."""
     from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
 
     spec = tf.train.ClusterSpec(cfg["spec"])
     job, index, kind = cfg["job"], cfg["index"], cfg["kind"]
     public = int(cfg["spec"][job][index].rsplit(":", 1)[1])
-    port = public if kind == "direct" else cfg["private"]
+    port = public if kind in ("direct", "native") else cfg["private"]
+    if kind == "native":
+        from tictac_hooks.enforce.native.build import load
+        load()
     server_def = tf.train.ServerDef(cluster=spec.as_cluster_def(), job_name=job,
-                                    task_index=index, protocol="grpc", port=port)
+                                    task_index=index, port=port,
+                                    protocol="grpc+tictac" if kind == "native" else "grpc")
     server = tf.distribute.Server(server_def, start=True)
     if kind == "copy-only":
         _copy_forwarder(public, port)
@@ -304,18 +283,22 @@ def forwarder_task(cfg: dict[str, Any]) -> None:
     server.join()
 
 
-def forwarders(var_mib: int, num_vars: int, reps: int) -> dict[str, list[float]]:
-    """One worker reading the same amount from three PS: direct, behind a copy-only
-    forwarder, behind the rendezvous (each forwarder in its PS's process, as the
-    rendezvous runs under ``tictac ps``). GiB/s per rep for each; the order of the
-    three rotates every rep."""
+def forwarders(var_mib: int, num_vars: int, reps: int
+               ) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """One worker reading the same amount from four PS: direct, native gate, behind a
+    copy-only forwarder, behind the rendezvous (each forwarder in its PS's process, as
+    the rendezvous runs under ``tictac ps``). GiB/s per rep for each (the order of the
+    four rotates every rep), and each PS process's CPU seconds per GiB it sent."""
+    from tictac_hooks.enforce.native.build import build
+    build()  # before the PS processes load it
+    k = len(FORWARDER_KINDS)
     ports: list[int] = []
-    while len(ports) < 6:  # 3 PS, 1 worker, 2 private: all distinct
+    while len(ports) < 2 * k + 1:  # k PS, 1 worker, k private: all distinct
         if (port := free_port()) not in ports:
             ports.append(port)
-    spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:3]], "worker": [f"127.0.0.1:{ports[3]}"]}
-    tasks = [dict(job="ps", index=i, kind=k, private=ports[3 + i] if i else 0)
-             for i, k in enumerate(FORWARDER_KINDS)]
+    spec = {"ps": [f"127.0.0.1:{p}" for p in ports[:k]], "worker": [f"127.0.0.1:{ports[k]}"]}
+    tasks = [dict(job="ps", index=i, kind=kind, private=ports[k + 1 + i])
+             for i, kind in enumerate(FORWARDER_KINDS)]
     tasks.append(dict(job="worker", index=0, kind="direct", private=0))
     procs = []
     try:
@@ -328,18 +311,21 @@ def forwarders(var_mib: int, num_vars: int, reps: int) -> dict[str, list[float]]
         for address in spec["ps"] + spec["worker"]:
             with grpc.insecure_channel(address) as channel:
                 grpc.channel_ready_future(channel).result(timeout=120)
-        g, init, fetch = read_graph(3, var_mib, num_vars)
-        rates: dict[str, list[float]] = {k: [] for k in FORWARDER_KINDS}
+        g, init, fetch = read_graph(k, var_mib, num_vars)
+        rates: dict[str, list[float]] = {kind: [] for kind in FORWARDER_KINDS}
+        cpu = {kind: 0.0 for kind in FORWARDER_KINDS}
         gib = var_mib * num_vars / 1024
         with tf.compat.v1.Session("grpc://" + spec["worker"][0], graph=g) as s:
             s.run(init)
             s.run(fetch)
             for rep in range(reps):
-                for ps in (rep % 3, (rep + 1) % 3, (rep + 2) % 3):
+                for ps in [(rep + j) % k for j in range(k)]:
+                    c0 = cpu_s(procs[ps].pid)
                     t = time.perf_counter()
                     s.run(fetch[ps])
                     rates[FORWARDER_KINDS[ps]].append(gib / (time.perf_counter() - t))
-        return rates
+                    cpu[FORWARDER_KINDS[ps]] += cpu_s(procs[ps].pid) - c0
+        return rates, {kind: c / (gib * reps) for kind, c in cpu.items()}
     finally:
         for proc in procs:
             with contextlib.suppress(ProcessLookupError):
@@ -352,7 +338,7 @@ def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
     then every tenth of ``rss_steps`` steps, with a schedule installed (every step goes
     through the gate's per-step state); and the gate's state at the end."""
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=True) as c, \
-            RendezvousClient(c.ps_addresses[0]) as client:
+            connect(c.ps_addresses[0]) as client:
         pid = c.task("ps", 0).process.pid
         g, init, train = comm_heavy_model(0, num_vars=4, var_mib=1)
         with tf.compat.v1.Session("grpc://" + c.worker_addresses[0], graph=g) as s:
@@ -384,8 +370,10 @@ def main() -> None:
     p.add_argument("--num-vars", type=int, default=4)
     p.add_argument("--reps", type=int, default=25)
     p.add_argument("--floor-mib", type=int, default=256)
-    p.add_argument("--overhead-steps", type=int, default=30)
+    p.add_argument("--overhead-steps", type=int, default=60)
     p.add_argument("--rss-steps", type=int, default=10000)
+    p.add_argument("--backend", choices=("native", "proxy"), default="native",
+                   help="the gate the step-time overhead part measures (default native)")
     p.add_argument("--only", choices=("throughput", "floor", "overhead", "memory"),
                    help="run one part only (default: all four)")
     p.add_argument("--forwarder-task", metavar="JSON", help=argparse.SUPPRESS)
@@ -396,9 +384,9 @@ def main() -> None:
     if args.only in (None, "throughput"):
         throughput_table(args.var_mib, args.num_vars, args.reps)
     if args.only in (None, "floor"):
-        floor_table(args.floor_mib, args.reps, args.var_mib, args.num_vars)
+        floor_table(args.floor_mib, args.reps)
     if args.only in (None, "overhead"):
-        overhead_table(args.overhead_steps)
+        overhead_table(args.overhead_steps, args.backend)
     if args.only in (None, "memory"):
         memory_table(args.rss_steps)
 
@@ -412,44 +400,42 @@ def ratio_cells(direct: list[float], other: list[float]) -> str:
 
 
 def throughput_table(var_mib: int, num_vars: int, reps: int) -> None:
-    direct, interposed, cpu_direct, cpu_rv, w_direct, w_rv = throughput(
-        var_mib, num_vars, reps)
-    print(f"| RecvTensor throughput, {num_vars} x {var_mib} MiB, {reps} reps ABBA | direct "
-          f"{statistics.median(direct):.2f} GiB/s | rendezvous "
-          f"{statistics.median(interposed):.2f} GiB/s | ratio per rep: "
-          f"{ratio_cells(direct, interposed)} |", flush=True)
-    print(f"| PS process CPU per GiB sent | direct {cpu_direct:.2f} s | with rendezvous "
-          f"{cpu_rv:.2f} s | rendezvous {cpu_rv - cpu_direct:+.2f} s |", flush=True)
-    print(f"| PS + worker CPU per GiB | direct {cpu_direct + w_direct:.2f} s | with "
-          f"rendezvous {cpu_rv + w_rv:.2f} s | if CPU-bound on 2 cores: "
-          f"{(cpu_direct + w_direct) / (cpu_rv + w_rv):.2f} |", flush=True)
+    rates, cpu = forwarders(var_mib, num_vars, reps)
+    print(f"| RecvTensor, {num_vars} x {var_mib} MiB from each of four PS, {reps} reps, "
+          "order rotating | GiB/s (median) | ratio of medians | / direct per rep | "
+          "PS process CPU s per GiB |")
+    print("|---|---|---|---|---|")
+    direct = statistics.median(rates["direct"])
+    for kind in FORWARDER_KINDS:
+        ratio = "1" if kind == "direct" else ratio_cells(rates["direct"], rates[kind])
+        median = statistics.median(rates[kind])
+        print(f"| {kind} | {median:.2f} | {median / direct:.3f} | {ratio} | "
+              f"{cpu[kind]:.3f} ({(cpu[kind] / cpu['direct'] - 1) * 100:+.1f} %) |",
+              flush=True)
 
 
-def floor_table(mib: int, reps: int, var_mib: int, num_vars: int) -> None:
+def floor_table(mib: int, reps: int) -> None:
     direct, forwarded = floor(mib, reps)
     print(f"| raw TCP, {mib} MiB, copy-only forwarder, {reps} reps ABBA | direct "
           f"{statistics.median(direct):.2f} GiB/s | forwarded "
           f"{statistics.median(forwarded):.2f} GiB/s | ratio per rep: "
           f"{ratio_cells(direct, forwarded)} |", flush=True)
-    rates = forwarders(var_mib, num_vars, reps)
-    for kind in FORWARDER_KINDS[1:]:
-        print(f"| RecvTensor, {num_vars} x {var_mib} MiB, PS behind a {kind} forwarder, "
-              f"{reps} reps rotating | direct {statistics.median(rates['direct']):.2f} GiB/s "
-              f"| {kind} {statistics.median(rates[kind]):.2f} GiB/s | ratio per rep: "
-              f"{ratio_cells(rates['direct'], rates[kind])} |", flush=True)
 
 
-def overhead_table(steps: int) -> None:
-    t_direct, t_rv = overhead(steps)
-    print(f"| step time, 16 x 4 MiB model, no schedule | direct {t_direct * 1e3:.1f} ms | "
-          f"rendezvous {t_rv * 1e3:.1f} ms | overhead {(t_rv / t_direct - 1) * 100:+.1f} % |",
-          flush=True)
+def overhead_table(steps: int, backend: str) -> None:
+    t = overhead(steps, backend)
+    plain = statistics.median(t["plain"])
+    print(f"| step time, 16 x 4 MiB model, no schedule, {steps} steps each, rotating | "
+          f"plain PS {plain * 1e3:.1f} ms | {backend} gate {statistics.median(t['gate']) * 1e3:.1f}"
+          f" ms: {ratio_cells(t['plain'], t['gate'])} | A/A control, a second plain PS "
+          f"{statistics.median(t['plain2']) * 1e3:.1f} ms: "
+          f"{ratio_cells(t['plain'], t['plain2'])} |", flush=True)
 
 
 def memory_table(rss_steps: int) -> None:
     rss, stats = memory(rss_steps)
     points = ", ".join(f"{k}: {v:.0f}" for k, v in rss.items())
-    print(f"| PS + rendezvous RSS (MiB) by step, schedule installed | {points} |",
+    print(f"| native PS RSS (MiB) by step, schedule installed | {points} |",
           flush=True)
     print(f"| gate after {rss_steps} steps | {json.dumps(stats)} |", flush=True)
 
