@@ -40,6 +40,19 @@ def test_efficiency_paper_eq4():
     assert metrics.efficiency(1.0, 1.0, 0.0) is None
 
 
+@pytest.mark.parametrize("makespan", [0.5, 0.99, 2.01, 3.0])
+def test_efficiency_is_never_outside_zero_one(makespan):
+    # L = 1, U = 2: a makespan outside [L, U] gives no E, never a value outside [0, 1].
+    assert metrics.efficiency(makespan, 1.0, 1.0) is None
+    steps = [metrics.StepRecord("tic", makespan, (makespan,)),
+             metrics.StepRecord("tic", 1.5, (1.5,))]
+    s = metrics.summarize(steps, 8, comp=1.0, comm=1.0)
+    assert s["efficiency_median"] == pytest.approx(0.5) and s["efficiency_steps"] == 1
+    assert "1 of 2 steps" in s["efficiency_note"]
+    for e in (metrics.efficiency(m / 10, 1.0, 1.0) for m in range(0, 40)):
+        assert e is None or 0.0 <= e <= 1.0
+
+
 def test_summarize_and_compare():
     base = [StepRecord("none", t, (t * 0.5, t * 0.9)) for t in (1.0, 2.0, 1.0, 2.0)]
     tic = [StepRecord("tic", t, (t * 0.89, t * 0.9)) for t in (1.0, 1.0, 1.0, 1.1)]

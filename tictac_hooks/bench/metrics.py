@@ -15,7 +15,9 @@ tower's last output, on the worker itself). Definitions:
   ``U = comp + comm``, ``L = max(comp, comm)`` from the oracle (comp: the profiled
   compute time of one worker's iteration; comm: the step's parameter bytes over the
   bottleneck link, see :func:`comm_seconds`) and ``m`` the step's makespan on the
-  workers: the slowest tower's finish. Undefined (None) when U = L.
+  workers: the slowest tower's finish. Undefined (None) when U = L, and for a step whose
+  makespan lies outside [L, U] (the oracle then does not bound the step: E would leave
+  [0, 1]); the summary counts those steps and says why E is missing.
 - violations and matched share from the rendezvous's records of the same steps.
 """
 
@@ -25,6 +27,8 @@ import dataclasses
 import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
+
+from tictac_hooks.graph.simulate import measured_efficiency
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,11 +89,9 @@ def comm_seconds(bytes_per_ps: Sequence[float], num_workers: int, rate_bits: flo
 
 
 def efficiency(makespan: float, comp: float, comm: float) -> float | None:
-    """Paper Eq. 4: E = (U - m) / (U - L); None when U = L (nothing to schedule)."""
-    upper, lower = comp + comm, max(comp, comm)
-    if upper - lower <= 1e-12:
-        return None
-    return (upper - makespan) / (upper - lower)
+    """Paper Eq. 4: E = (U - m) / (U - L) with U = comp + comm, L = max(comp, comm);
+    None when U = L or m is outside [L, U] (see simulate.measured_efficiency)."""
+    return measured_efficiency(makespan, comp + comm, max(comp, comm))
 
 
 def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -125,9 +127,21 @@ def summarize(steps: Sequence[StepRecord], global_batch: int, comp: float | None
     if not steps:
         raise ValueError("no steps to summarize")
     times = [s.step_time for s in steps]
-    effs = []
+    effs: list[float] = []
+    unbounded = 0
     if comp is not None and comm is not None:
-        effs = [e for e in (efficiency(s.makespan, comp, comm) for s in steps) if e is not None]
+        for s in steps:
+            e = efficiency(s.makespan, comp, comm)
+            if e is not None:
+                effs.append(e)
+            elif comm + comp - max(comp, comm) > 1e-12:
+                unbounded += 1
+    note = None
+    if unbounded:
+        low, high = max(comp, comm), comp + comm
+        note = (f"{unbounded} of {len(steps)} steps had a makespan outside [L, U] = "
+                f"[{low:.4f}, {high:.4f}] s (comp {comp:.4f} s, comm {comm:.4f} s): the "
+                "time oracle does not bound them, so E is not reported for them")
     straggler = [s.straggler_pct() for s in steps]
     return {
         "steps": len(steps),
@@ -139,6 +153,8 @@ def summarize(steps: Sequence[StepRecord], global_batch: int, comp: float | None
         "straggler_pct": statistics.fmean(straggler),
         "straggler_pct_p95": quantile(straggler, 0.95),
         "efficiency_median": statistics.median(effs) if effs else None,
+        "efficiency_steps": len(effs),
+        "efficiency_note": note,
         "makespan_median": statistics.median(s.makespan for s in steps),
     }
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.callbacks.steplog import StepLog
 from tictac_hooks.callbacks.tensorboard import StepRecord, StepTimeWriter
+from tictac_hooks.graph.simulate import measured_efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -143,9 +144,7 @@ class Controller:
         per_ps = [r["bytes"] / self._link_rate for r in step.per_ps.values()]
         upper = sum(per_ps) + self.compute_seconds
         lower = max(max(per_ps), self.compute_seconds)
-        if upper <= lower:
-            return None
-        return (upper - step_time) / (upper - lower)
+        return measured_efficiency(step_time, upper, lower)
 
     def _pause_overlaps(self, start: float, end: float) -> bool:
         return any(p0 < end and start < p1 for p0, p1 in self._pauses)

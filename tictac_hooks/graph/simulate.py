@@ -21,6 +21,17 @@ from tictac_hooks.graph.dag import RECV, Graph, GraphError
 from tictac_hooks.graph.schedule import Schedule
 
 
+def measured_efficiency(makespan: float, upper: float, lower: float) -> float | None:
+    """E = (U - m) / (U - L) (Eq. 4) of a *measured* makespan m, or None where it is not
+    an efficiency: U = L (nothing to schedule), or m outside [L, U]. A measured step
+    faster than L or slower than U means the time oracle behind U and L does not bound
+    that step (compute or transfer times over- or underestimated), so no E is reported
+    for it rather than a number outside [0, 1]."""
+    if not upper - lower > 1e-12 or not lower <= makespan <= upper:
+        return None
+    return (upper - makespan) / (upper - lower)
+
+
 @dataclasses.dataclass(frozen=True)
 class Bounds:
     """U, L and S of one iteration (paper section 3.2)."""
