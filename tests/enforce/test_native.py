@@ -105,3 +105,13 @@ def test_no_compiler_gives_an_actionable_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", "no-such-compiler-here")
     with pytest.raises(NativeBuildError, match="apt-get install g\\+\\+.*--backend proxy"):
         build(with_tensorflow=False, quiet=True, cache=str(tmp_path))
+
+
+def test_a_process_keeps_the_library_it_loaded_when_the_sources_change(tmp_path, monkeypatch):
+    pytest.importorskip("tensorflow")
+    module = native_build.load()
+    path = native_build.loaded_path()
+    # The package is updated under a running job: a later load must not build and load
+    # a second library (its op would already be registered, its module empty).
+    monkeypatch.setattr(native_build, "build", lambda **kw: pytest.fail("rebuilt"))
+    assert native_build.load() is module and native_build.loaded_path() == path

@@ -161,14 +161,14 @@ class TicTacServer:
         self._thread: RendezvousThread | None = None
         self.server_def = server_def
         if backend == "native":
-            from tictac_hooks.enforce.native.build import build, load
+            from tictac_hooks.enforce.native.build import load, loaded_path
             from tictac_hooks.enforce.native.cgate import CGate
 
             load()
             server_def.protocol = NATIVE_PROTOCOL
             self.private_address = public  # the gate is inside this server
             self._server = tf.distribute.Server(server_def, start=False)
-            self._cgate = CGate.server(build(quiet=True).path)
+            self._cgate = CGate.server(loaded_path())
             if self._cgate is None:
                 raise RuntimeError("the grpc+tictac server started without its gate")
             if skip_after_s is not None:

@@ -179,15 +179,24 @@ def build(force: bool = False, with_tensorflow: bool = True, quiet: bool = False
         return info
 
 
-_LOADED: dict[str, Any] = {}
+_LOADED: list[Any] = []  # [op module, path] of the one library this process loaded
+
+
+def loaded_path() -> str | None:
+    """The file of the TicTac library this process loaded, if any."""
+    return _LOADED[1] if _LOADED else None
 
 
 def load(force_build: bool = False) -> Any:
     """Builds if needed and loads the plugin into this process; returns the op module
-    (``tictac_control``). Loading registers the server protocol ``grpc+tictac``."""
+    (``tictac_control``). Loading registers the server protocol ``grpc+tictac``.
+
+    A process loads one build only, and keeps it: TensorFlow registers an op name once,
+    so a second library (say, rebuilt because the sources changed while the process
+    ran) would load without ops of its own."""
+    if _LOADED and not force_build:
+        return _LOADED[0]
     info = build(force=force_build)
-    if info.path in _LOADED:
-        return _LOADED[info.path]
     import tensorflow as tf
 
     try:
@@ -198,5 +207,9 @@ def load(force_build: bool = False) -> Any:
             f"{info.tf_version}) into TensorFlow {tf.__version__} failed: {e}. Rebuild "
             "it with `tictac build --force`, or run the PS with `tictac ps --backend "
             "proxy`") from None
-    _LOADED[info.path] = module
+    if not hasattr(module, "tictac_control"):
+        raise NativeBuildError(
+            f"{info.path} loaded without its TictacControl op: this process already "
+            "loaded another build of the TicTac library; restart it")
+    _LOADED[:] = [module, info.path]
     return module

@@ -1,7 +1,7 @@
 // The TicTac ordering gate, in-process: one counter per (step_id, destination device)
-// that hands RecvTensor responses to gRPC in priority order (paper section 5,
-// docs/ALGORITHMS.md "Enforcement"). Plain C++17, no TensorFlow types: the TensorFlow
-// glue (tf_server.cc) and the C API for tests (capi.cc) both drive this class.
+// that hands RecvTensor responses to gRPC in priority order, at the sender (paper
+// section 5). Plain C++17, no TensorFlow types: the TensorFlow glue (tf_server.cc)
+// and the C API for tests (capi.cc) both drive this class.
 //
 // A transfer arrives (its request was parsed), then becomes ready (the PS produced its
 // response). A listed transfer with local priority p is handed back once p transfers of
