@@ -18,8 +18,8 @@ _EXPORTS = {
     "install_everywhere": "tictac_hooks.enforce.client",
     "clear_everywhere": "tictac_hooks.enforce.client",
     "stats_everywhere": "tictac_hooks.enforce.client",
-    "GateClient": "tictac_hooks.enforce.client",
-    "GateError": "tictac_hooks.enforce.client",
+    "GateClient": "tictac_hooks.enforce.api",
+    "GateError": "tictac_hooks.enforce.api",
     "Gate": "tictac_hooks.enforce.gate",
     "build_native": ("tictac_hooks.enforce.native.build", "build"),
 }

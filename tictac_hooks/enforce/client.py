@@ -22,39 +22,15 @@ from typing import Any, Iterable, Sequence
 
 import grpc
 
+from tictac_hooks.enforce.api import BACKENDS, GateClient, GateError
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.rendezvous import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 
-class RendezvousError(ConnectionError):
-    """A PS's TicTac gate could not be reached, or refused a request (both backends)."""
-
-
-GateError = RendezvousError
-BACKENDS = ("native", "proxy")
-
-
-class GateClient:
-    """What every backend's client offers (see :class:`RendezvousClient` for the
-    meaning of each call)."""
-
-    address: str
-    backend: str
-
-    def ping(self) -> bool: ...
-    def install(self, schedule: Schedule, skip_after_s: float | None = None,
-                window_bytes: int | None = None) -> InstallResult: ...
-    def clear(self) -> int: ...
-    def stats(self, include_active: bool = True) -> dict[str, Any]: ...
-    def served_names(self) -> list[str]: ...
-    def close(self) -> None: ...
-
-    def __enter__(self) -> "GateClient":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+# The interface both backends' clients implement is in enforce/api.py; the old name of
+# error stays, since callers catch it.
+RendezvousError = GateError
 
 
 class RendezvousClient(GateClient):

@@ -14,7 +14,7 @@ import json
 import threading
 from typing import Any
 
-from tictac_hooks.enforce.client import GateClient, RendezvousError
+from tictac_hooks.enforce.api import GateClient, GateError
 from tictac_hooks.enforce.gate import InstallResult, check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
@@ -71,7 +71,7 @@ def device_names(get_status_response: bytes) -> list[str]:
     return names
 
 
-class NativeGateError(RendezvousError):
+class NativeGateError(GateError):
     """A native PS could not be reached, has no TicTac gate, or refused a request."""
 
 
