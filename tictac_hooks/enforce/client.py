@@ -29,7 +29,7 @@ from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 
 # The interface both backends' clients implement is in enforce/api.py; the old name of
-# error stays, since callers catch it.
+# the error stays, since callers catch it.
 RendezvousError = GateError
 
 
