@@ -314,3 +314,14 @@ def test_cluster_processes_die_when_their_parent_is_sigkilled(tmp_path, started_
             if start is not None and _start_time(pid) == start:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)  # each child leads its own group
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_native_ps_warns_about_proxy_only_options(launch, tmp_path):
+    cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    ps, ps_log = launch(["ps", "--tf-config", "--bind-host", "0.0.0.0"],
+                        _tf_config(cluster, "ps", 0))
+    _wait_for("tictac ps --bind-host", lambda: "native gate" in _log(ps_log), ps, ps_log)
+    assert "apply to --backend proxy only" in _log(ps_log)
+    assert "every interface" in _log(ps_log)

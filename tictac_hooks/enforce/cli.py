@@ -160,6 +160,10 @@ def _ps(args: argparse.Namespace) -> int:
         server.join()
         return 0
     if args.backend == "native":
+        if args.private_port or args.bind_host != "127.0.0.1" or args.window_bytes is not None:
+            print("tictac ps: warning: --private-port, --bind-host and --window-bytes apply "
+                  "to --backend proxy only; the native PS serves on its cluster-spec port, "
+                  "which TensorFlow binds on every interface", file=sys.stderr, flush=True)
         server = TicTacServer(spec, job_name=job, task_index=index, backend="native",
                               skip_after_s=args.skip_after)
         print(f"tictac ps: {job}:{index} native gate (grpc+tictac) on "
