@@ -36,6 +36,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread
 from tictac_hooks.enforce.server import free_port
 
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 TASK_PORT = 2222  # every task's address in a shaped network: <its host>:TASK_PORT
 PRIVATE_PORT = 2223  # a proxied PS's TensorFlow server behind the rendezvous, there
-BACKENDS = ("native", "proxy")
 
 _LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
 

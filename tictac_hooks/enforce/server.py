@@ -19,6 +19,7 @@ import random
 import socket
 from typing import Any, Mapping
 
+from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
 
@@ -125,7 +126,7 @@ class TicTacServer:
                  config: Any = None, start: bool = True, *, backend: str = "native",
                  skip_after_s: float | None = None, private_port: int = 0,
                  bind_host: str = DEFAULT_BIND_HOST, gate: Gate | None = None) -> None:
-        if backend not in ("native", "proxy"):
+        if backend not in BACKENDS:
             raise ValueError(f"backend must be 'native' or 'proxy', got {backend!r}")
         if skip_after_s is not None and not 0 < skip_after_s < float("inf"):
             raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")

@@ -18,10 +18,7 @@ from tictac_hooks.enforce.api import GateClient, GateError
 from tictac_hooks.enforce.gate import InstallResult, check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
-PS_JOB = "ps"
 _DEVICES: dict[str, str] = {}  # address -> the PS device found there (asked once)
-
-
 GET_STATUS = "/tensorflow.WorkerService/GetStatus"
 
 
@@ -91,8 +88,8 @@ class NativeClient(GateClient):
     Args:
       address: ``HOST:PORT``, the PS's address in the cluster spec.
       timeout_s: per call (default 10 s; TensorFlow's ``operation_timeout_in_ms``).
-      device: the PS's device, ``/job:ps/replica:0/task:<i>`` (default: asked of the
-        PS, whose own devices its master lists first).
+      device: the PS's device, ``/job:ps/replica:0/task:<i>`` (default: read from that
+        PS's own device list, its worker service's GetStatus).
     """
 
     backend = "native"

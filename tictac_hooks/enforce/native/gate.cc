@@ -373,7 +373,6 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
     Channel* ch = t->channel;
     if (ch == nullptr || stopping_) {
       // Its step was already finished (evicted): nothing to order it against.
-      t->handed = true;
       runs.push_back(std::move(hand_back));
     } else {
       t->hand_back = std::move(hand_back);
@@ -494,7 +493,6 @@ std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) 
 
 void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
   t->t_handback = Now();
-  t->handed = true;
   if (t->state == State::kListed) {
     t->rseq = next_seq_++;
     if (!ch->done.count(t->name)) {
@@ -564,7 +562,6 @@ void Gate::Finish(Channel* ch, Runs* runs) {
             [](const TicketPtr& a, const TicketPtr& b) { return HeapLess(b, a); });
   for (auto& t : ch->waiters) {
     t->t_handback = Now();
-    t->handed = true;
     runs->push_back(std::move(t->hand_back));
     t->hand_back = nullptr;
   }

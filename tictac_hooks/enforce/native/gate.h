@@ -71,7 +71,6 @@ struct Ticket {
   double t_arrive = 0, t_ready = 0, t_handback = 0;
   int64_t nbytes = 0;
   std::string error;
-  bool handed = false;
   Channel* channel = nullptr;  // valid while the step is active (guarded by the gate)
   HandBack hand_back;          // held while the ticket waits for its turn
 };
