@@ -1,7 +1,10 @@
 """Transfer-ordering heuristics: TIC and TAC (paper section 4), plus reference orders.
 
 Each returns a :class:`Schedule` over the graph's recvs. All are deterministic: ties are
-broken by the recvs' position in the graph's topological order.
+broken by the recvs' position in the graph's topological order (TIC's ties keep one
+shared priority; only their place in ``order`` follows that position).
+
+See docs/ALGORITHMS.md, "TIC", "TAC" and "Baselines".
 """
 
 from __future__ import annotations
@@ -118,8 +121,8 @@ def random_order(graph: Graph, seed: int = 0) -> Schedule:
 def layer_order(graph: Graph) -> Schedule:
     """Layer order: recvs by the position of their first consumer (forward layer order).
 
-    The priority ByteScheduler and P3 use (variable creation order); recvs nothing
-    consumes go last.
+    A stand-in for the layer-wise priority of ByteScheduler and P3 (variable creation
+    order, which is not read here); recvs nothing consumes go last.
     """
     first_use = {op.name: len(graph) for op in graph.recvs}
     for i, op in enumerate(graph.ops):

@@ -4,6 +4,8 @@ A recv op is the transfer of one parameter tensor from a parameter server to thi
 worker; recvs are the roots of the worker's partition graph. Every other op is a compute
 op, run on the worker's one compute resource. A recv is carried by the channel of its PS
 task (one channel per (worker, PS) pair).
+
+See docs/ALGORITHMS.md, "Model".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Time oracles: Time(op) for every op of an iteration DAG (TICTAC.md, "Time oracle").
+"""Time oracles: Time(op) for every op of an iteration DAG (docs/ALGORITHMS.md, "TAC").
 
 * :func:`generic_times` -- the timing-independent oracle of TIC (paper Eq. 5).
 * :func:`recv_times_from_bandwidth` -- transfer time = latency + bytes / bandwidth.

@@ -11,6 +11,8 @@ With R the outstanding recvs (those not in R count as complete), for recv r:
   P(r)  = sum of Time(op) over compute ops with dep ∩ R = {r}
   M+(r) = min op.M over ops with |dep ∩ R| > 1 and r in dep, where
           op.M = sum of Time(x) for x in dep ∩ R;   +inf where no such op exists.
+
+See docs/ALGORITHMS.md, "Properties (Algorithm 1)".
 """
 
 from __future__ import annotations

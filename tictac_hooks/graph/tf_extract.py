@@ -1,4 +1,4 @@
-"""Iteration DAGs from real TensorFlow graphs (TICTAC.md, "Which graph to order").
+"""Iteration DAGs from real TensorFlow graphs (docs/ALGORITHMS.md, "Model").
 
 Three sources, one result (:class:`Extraction`, whose ``graph`` is the
 :class:`~tictac_hooks.graph.dag.Graph` a scheduler orders):
