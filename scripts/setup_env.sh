@@ -28,7 +28,7 @@ echo "[setup] creating .venv (TensorFlow CPU, tf_keras, Keras 3, tictac-hooks)" 
 .venv/bin/python -m pip install -q --upgrade pip
 # tensorflow-cpu rather than tensorflow: half the download, enough for CPU machines.
 .venv/bin/python -m pip install -q "tensorflow-cpu==2.21.*" "keras>=3.10" "grpcio>=1.60" \
-  numpy absl-py protobuf tensorboard hpack pytest matplotlib
+  numpy absl-py protobuf tensorboard hpack pytest hypothesis matplotlib
 # tf_keras declares a dependency on the full `tensorflow` wheel; tensorflow-cpu provides
 # the same module, so install it without its dependencies.
 .venv/bin/python -m pip install -q --no-deps "tf_keras==2.21.*"

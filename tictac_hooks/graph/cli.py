@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="an order file (JSON, or name<TAB>priority lines)")
     how.add_argument("--algorithm", choices=("tic", "tac", "random", "layer"),
                      help="compute the order first; random = TensorFlow's default (no schedule)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed for random orders and tie-breaking (default 0)")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="seed for random orders and tie-breaking, an integer >= 0 (default 0)")
     p.set_defaults(func=_simulate)
 
     p = sub.add_parser(
@@ -62,6 +62,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_analyze)
 
 
+def _seed(text: str) -> int:
+    """argparse type of --seed: numpy's generators take integers >= 0 only."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
 def _order(args: argparse.Namespace) -> int:
     graph = Graph.load(args.graph)
     schedule = compute_order(graph, args.algorithm)
@@ -82,7 +93,9 @@ def _simulate(args: argparse.Namespace) -> int:
         schedule = None
     else:
         schedule = compute_order(graph, args.algorithm, seed=args.seed)
-    print(json.dumps(simulate(graph, schedule, seed=args.seed).to_json(), indent=1))
+    # allow_nan=False: the output stays JSON (no Infinity/NaN); to_json writes null.
+    print(json.dumps(simulate(graph, schedule, seed=args.seed).to_json(), indent=1,
+                     allow_nan=False))
     return 0
 
 
@@ -115,5 +128,5 @@ def _analyze(args: argparse.Namespace) -> int:
     print(report.table())
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report.to_json(), f, indent=1)
+            json.dump(report.to_json(), f, indent=1, allow_nan=False)
     return 0

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import reprlib
 from typing import Any, Iterable, Mapping, Sequence
 
 RECV = "recv"
@@ -23,6 +24,51 @@ DEFAULT_CHANNEL = "ps:0"
 
 class GraphError(ValueError):
     """A graph that cannot be scheduled: malformed input, unknown names, cycles."""
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlevel = 3
+
+
+def short_repr(value: Any) -> str:
+    """repr() of a value for an error message: nesting and length cut short."""
+    try:
+        return _SHORT.repr(value)
+    except ValueError:  # an int over sys.get_int_max_str_digits() digits
+        if isinstance(value, int):
+            return f"<an integer of {value.bit_length()} bits>"
+        return f"<a {type(value).__name__}>"
+
+
+def read_text(path: str | os.PathLike, error: type[ValueError], what: str, expected: str) -> str:
+    """The UTF-8 text of a file (a leading byte-order mark dropped), or ``error`` naming
+    the file: missing, unreadable (a directory, no permission) or not UTF-8 text."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except OSError as e:
+        raise error(f"{path}: cannot read {what}: {e.strerror or e}") from None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise error(f"{path}: not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+                    f"expected {expected}") from None
+
+
+def parse_json(text: str, source: str, error: type[ValueError]) -> Any:
+    """json.loads, every failure raised as ``error`` naming ``source``."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"{source}: not valid JSON: {e}") from None
+    except RecursionError:
+        raise error(f"{source}: JSON nested too deeply to read") from None
+    except ValueError as e:  # an integer literal over sys.get_int_max_str_digits() digits
+        detail = str(e).split(";")[0]
+        raise error(f"{source}: not valid JSON here: a number too long ({detail})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,18 +109,18 @@ class Graph:
         by_name: dict[str, Op] = {}
         for op in ops:
             if not isinstance(op.name, str) or not op.name:
-                raise GraphError(f"op name must be a non-empty string, got {op.name!r}")
+                raise GraphError(f"op name must be a non-empty string, got {short_repr(op.name)}")
             if op.name in by_name:
                 raise GraphError(f"duplicate op name {op.name!r}")
             if op.kind not in (RECV, COMPUTE):
                 raise GraphError(
-                    f"op {op.name!r}: kind must be 'recv' or 'compute', got {op.kind!r}")
+                    f"op {op.name!r}: kind must be 'recv' or 'compute', got {short_repr(op.kind)}")
             if op.time is not None and (not math.isfinite(op.time) or op.time < 0):
                 raise GraphError(
                     f"op {op.name!r}: time must be a finite number >= 0 seconds, "
-                    f"got {op.time!r}")
+                    f"got {short_repr(op.time)}")
             if op.bytes is not None and op.bytes < 0:
-                raise GraphError(f"op {op.name!r}: bytes must be >= 0, got {op.bytes!r}")
+                raise GraphError(f"op {op.name!r}: bytes must be >= 0, got {short_repr(op.bytes)}")
             if op.kind == RECV:
                 if op.inputs:
                     raise GraphError(
@@ -172,11 +218,15 @@ class Graph:
 
     @classmethod
     def from_json(cls, data: Any, source: str = "graph") -> "Graph":
-        """Builds a graph from the interchange format (see README, "Graph JSON")."""
+        """Builds a graph from the interchange format (see README, "Graph JSON").
+
+        Raises:
+          GraphError: naming ``source`` and, where it is about one op, its index.
+        """
         if not isinstance(data, dict) or "ops" not in data:
             raise GraphError(f"{source}: expected an object with an 'ops' list")
         if not isinstance(data["ops"], list):
-            raise GraphError(f"{source}: 'ops' must be a list")
+            raise GraphError(f"{source}: 'ops' must be a list, got {type(data['ops']).__name__}")
         ops = []
         for i, d in enumerate(data["ops"]):
             where = f"{source}: ops[{i}]"
@@ -184,47 +234,54 @@ class Graph:
                 raise GraphError(f"{where}: expected an object, got {type(d).__name__}")
             unknown = set(d) - {"name", "kind", "time", "inputs", "channel", "bytes"}
             if unknown:
-                raise GraphError(f"{where} ({d.get('name')!r}): unknown field(s) {sorted(unknown)}")
+                raise GraphError(f"{where} ({short_repr(d.get('name'))}): unknown field(s) "
+                                 f"{sorted(map(str, unknown))}")
             if "name" not in d:
                 raise GraphError(f"{where}: missing field 'name'")
             name = d["name"]
+            if not isinstance(name, str) or not name:
+                raise GraphError(f"{where}: op name must be a non-empty string, "
+                                 f"got {short_repr(name)}")
+            where = f"{where} ({name!r})"
             kind = d.get("kind", COMPUTE)
             inputs = d.get("inputs", [])
             if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
-                raise GraphError(f"{where} ({name!r}): 'inputs' must be a list of op names")
+                raise GraphError(f"{where}: 'inputs' must be a list of op names, "
+                                 f"got {short_repr(inputs)}")
             time = d.get("time")
-            if time is not None and (isinstance(time, bool) or not isinstance(time, (int, float))):
-                raise GraphError(f"{where} ({name!r}): 'time' must be a number of seconds, got {time!r}")
+            if time is not None:
+                if isinstance(time, bool) or not isinstance(time, (int, float)):
+                    raise GraphError(f"{where}: 'time' must be a number of seconds, "
+                                     f"got {short_repr(time)}")
+                try:
+                    time = float(time)
+                except OverflowError:
+                    raise GraphError(f"{where}: 'time' must be a finite number of seconds, "
+                                     f"got {short_repr(time)}") from None
             channel = d.get("channel")
             if channel is not None and not isinstance(channel, str):
-                raise GraphError(f"{where} ({name!r}): 'channel' must be a string, got {channel!r}")
+                raise GraphError(f"{where}: 'channel' must be a string, got {short_repr(channel)}")
             if channel is not None and kind != RECV:
-                raise GraphError(f"{where} ({name!r}): only recv ops have a 'channel'")
+                raise GraphError(f"{where}: only recv ops have a 'channel'")
             nbytes = d.get("bytes")
             if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int)):
-                raise GraphError(f"{where} ({name!r}): 'bytes' must be an integer, got {nbytes!r}")
-            ops.append(Op(name=name, kind=kind, inputs=tuple(inputs),
-                          time=None if time is None else float(time),
+                raise GraphError(f"{where}: 'bytes' must be an integer, got {short_repr(nbytes)}")
+            ops.append(Op(name=name, kind=kind, inputs=tuple(inputs), time=time,
                           channel=channel, bytes=nbytes))
-        return cls(ops)
+        try:
+            return cls(ops)
+        except GraphError as e:
+            raise GraphError(f"{source}: {e}") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Graph":
-        return cls.from_json(_load_json(path), source=str(path))
+        """Reads a graph JSON file; GraphError names the file and what is wrong."""
+        text = read_text(path, GraphError, "file", "graph JSON (see README, \"Graph JSON\")")
+        return cls.from_json(parse_json(text, str(path), GraphError), source=str(path))
 
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w") as f:
             json.dump(self.to_json(), f)
-
-
-def _load_json(path: str | os.PathLike) -> Any:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise GraphError(f"{path}: no such file") from None
-    except json.JSONDecodeError as e:
-        raise GraphError(f"{path}: not valid JSON: {e}") from None
 
 
 def _topological(by_name: dict[str, Op]) -> list[Op]:

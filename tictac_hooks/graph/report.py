@@ -11,7 +11,7 @@ import numpy as np
 
 from tictac_hooks.graph.algorithms import tac, tic
 from tictac_hooks.graph.dag import RECV, Graph
-from tictac_hooks.graph.simulate import Bounds, bounds, simulate
+from tictac_hooks.graph.simulate import Bounds, bounds, finite_or_none, simulate
 
 
 def spread_over_ps(graph: Graph, num_ps: int) -> Graph:
@@ -71,9 +71,13 @@ class AnalyzeReport:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
+        """As JSON: a figure that is undefined (inf or NaN, e.g. E where U = L) is null."""
+        def finite(d: dict[str, Any]) -> dict[str, Any]:
+            return {k: finite_or_none(v) if isinstance(v, float) else v for k, v in d.items()}
         return {"config": self.config, "summary": self.summary,
-                "bounds": dataclasses.asdict(self.bounds),
-                "rows": [dict(dataclasses.asdict(r), gain=self.gain(r)) for r in self.rows]}
+                "bounds": finite(dataclasses.asdict(self.bounds)),
+                "rows": [finite(dict(dataclasses.asdict(r), gain=self.gain(r)))
+                         for r in self.rows]}
 
 
 def _fmt(x: float) -> str:

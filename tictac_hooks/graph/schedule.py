@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any, Mapping, Sequence
 
-from tictac_hooks.graph.dag import Graph, GraphError
+from tictac_hooks.graph.dag import Graph, GraphError, parse_json, read_text, short_repr
 
 
 class ScheduleError(ValueError):
@@ -46,7 +46,7 @@ class Schedule:
             p = self.priority[name]
             if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < max(n, 1):
                 raise ScheduleError(
-                    f"priority of {name!r} must be an integer in [0, {n}), got {p!r}")
+                    f"priority of {name!r} must be an integer in [0, {n}), got {short_repr(p)}")
             if p < last:
                 raise ScheduleError(
                     f"'order' is not sorted by priority at {name!r} ({p} after {last})")
@@ -134,13 +134,16 @@ class Schedule:
             raise ScheduleError(f"{source}: missing field 'order'")
         order = data["order"]
         if not isinstance(order, list) or not all(isinstance(x, str) for x in order):
-            raise ScheduleError(f"{source}: 'order' must be a list of transfer names")
+            raise ScheduleError(f"{source}: 'order' must be a list of transfer names, "
+                                f"got {short_repr(order)}")
         priority = data.get("priority")
         if priority is not None and not isinstance(priority, dict):
-            raise ScheduleError(f"{source}: 'priority' must be an object name -> integer")
+            raise ScheduleError(f"{source}: 'priority' must be an object name -> integer, "
+                                f"got {short_repr(priority)}")
         algorithm = data.get("algorithm", "file")
         if not isinstance(algorithm, str):
-            raise ScheduleError(f"{source}: 'algorithm' must be a string")
+            raise ScheduleError(f"{source}: 'algorithm' must be a string, "
+                                f"got {short_repr(algorithm)}")
         try:
             return cls.from_order(algorithm, order, priority)
         except ScheduleError as e:
@@ -156,12 +159,15 @@ class Schedule:
             parts = line.rstrip("\n").split("\t")
             if len(parts) != 2:
                 raise ScheduleError(
-                    f"{source}:{lineno}: expected 'name<TAB>priority', got {line!r}")
+                    f"{source}:{lineno}: expected 'name<TAB>priority', got {short_repr(line)}")
+            name = parts[0].strip()
+            if not name:
+                raise ScheduleError(f"{source}:{lineno}: empty transfer name before the tab")
             try:
-                pairs.append((parts[0].strip(), int(parts[1])))
-            except ValueError:
-                raise ScheduleError(
-                    f"{source}:{lineno}: priority must be an integer, got {parts[1]!r}") from None
+                pairs.append((name, int(parts[1])))
+            except ValueError:  # not a number, or over sys.get_int_max_str_digits() digits
+                raise ScheduleError(f"{source}:{lineno}: priority must be an integer, "
+                                    f"got {short_repr(parts[1])}") from None
         pairs.sort(key=lambda p: p[1])
         try:
             return cls.from_order("file", [n for n, _ in pairs], dict(pairs))
@@ -171,17 +177,10 @@ class Schedule:
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Schedule":
         """Reads a schedule file: the JSON order format, or ``name<TAB>priority`` lines."""
-        try:
-            with open(path) as f:
-                text = f.read()
-        except FileNotFoundError:
-            raise ScheduleError(f"{path}: no such schedule file") from None
+        text = read_text(path, ScheduleError, "schedule file",
+                         "order JSON or name<TAB>priority lines")
         if text.lstrip().startswith("{"):
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ScheduleError(f"{path}: not valid JSON: {e}") from None
-            return cls.from_json(data, source=str(path))
+            return cls.from_json(parse_json(text, str(path), ScheduleError), source=str(path))
         return cls.from_tsv(text, source=str(path))
 
     def save(self, path: str | os.PathLike) -> None:

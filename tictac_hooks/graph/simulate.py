@@ -127,14 +127,28 @@ class SimResult:
     def dependency_efficiency(self) -> float:
         return self.bounds.dependency_efficiency(self.makespan)
 
-    def to_json(self) -> dict[str, float | None]:
-        def num(x: float) -> float | None:
-            return None if math.isnan(x) else x
-        return {"makespan": self.makespan, "upper": self.bounds.upper,
-                "lower": self.bounds.lower, "efficiency": num(self.efficiency),
-                "speedup": self.bounds.speedup,
-                "lower_dependency": self.bounds.dependency_lower,
-                "efficiency_dependency": num(self.dependency_efficiency)}
+    def to_json(self) -> dict[str, float | str | None]:
+        """Figures as JSON numbers; an undefined one (E where U = L, S where L = 0) is
+        null, with a ``<name>_reason`` saying why, never Infinity or NaN."""
+        out: dict[str, float | str | None] = {
+            "makespan": finite_or_none(self.makespan), "upper": finite_or_none(self.bounds.upper),
+            "lower": finite_or_none(self.bounds.lower),
+            "efficiency": finite_or_none(self.efficiency),
+            "speedup": finite_or_none(self.bounds.speedup),
+            "lower_dependency": finite_or_none(self.bounds.dependency_lower),
+            "efficiency_dependency": finite_or_none(self.dependency_efficiency)}
+        if out["efficiency"] is None:
+            out["efficiency_reason"] = ("U = L: all the time is on one resource, nothing "
+                                        "can overlap, so E = (U - m) / (U - L) is undefined")
+        if out["speedup"] is None:
+            out["speedup_reason"] = ("L = 0: no op takes any time, so "
+                                     "S = (U - L) / L is undefined")
+        return out
+
+
+def finite_or_none(x: float | None) -> float | None:
+    """x, or None where it is not a finite number (for JSON, which has no inf/NaN)."""
+    return x if x is not None and math.isfinite(x) else None
 
 
 def channel_sequences(graph: Graph, schedule: Schedule | None, seed: int = 0) -> dict[str, list[int]]:
