@@ -223,8 +223,9 @@ PARENT = textwrap.dedent("""
     from tictac_hooks.enforce.launcher import LocalCluster
 
     def start():
+        # log_dir: the SIGKILLed parent can never remove a temporary one of its own.
         cluster = LocalCluster(num_ps=1, num_workers=1, rendezvous=True,
-                               start_timeout_s=float(sys.argv[1])).start()
+                               start_timeout_s=float(sys.argv[1]), log_dir=sys.argv[3]).start()
         client = cluster.spawn([sys.executable, "-c", "import time; time.sleep(300)"])
         return cluster, client
 
@@ -276,7 +277,8 @@ def test_cluster_processes_die_when_their_parent_is_sigkilled(tmp_path, started_
     thread that has ended, the processes must still be alive before the kill
     (PR_SET_PDEATHSIG follows the forking thread, not the process)."""
     err = open(tmp_path / "parent.err", "wb")
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(START_TIMEOUT_S), started_in],
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(START_TIMEOUT_S), started_in,
+                               str(tmp_path)],
                               stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
                               env=_env(), text=True, start_new_session=True)
     err.close()
