@@ -7,9 +7,12 @@ wins over a flag, and a flag over the built-in default.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from absl import flags
+
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S
 
 ALGORITHM_CHOICES = ("tic", "tac", "none")
 
@@ -17,7 +20,7 @@ DEFAULTS: dict[str, Any] = {
     "algorithm": "tic",
     "profile_steps": 5,
     "log_dir": None,
-    "skip_timeout": 2.0,
+    "skip_timeout": DEFAULT_SKIP_AFTER_S,  # the gate's skip bound: one default everywhere
     "stats_every": 1,
     "window_bytes": 1 << 20,
 }
@@ -37,8 +40,12 @@ flags.DEFINE_string(
     "(default: none, nothing written).")
 flags.DEFINE_float(
     "tictac_skip_timeout", DEFAULTS["skip_timeout"],
-    "Seconds a scheduled transfer may be waited for before the rendezvous skips it and "
-    "releases the next one (default 2.0; it never waits forever).", lower_bound=0.0)
+    "The skip bound: seconds a scheduled transfer may be waited for before the PS's gate "
+    f"skips it and releases the next one (default {DEFAULTS['skip_timeout']:g}; finite, "
+    "> 0: it never waits forever). `tictac ps --skip-after` is the same bound.")
+flags.register_validator(
+    "tictac_skip_timeout", lambda v: v is not None and math.isfinite(v) and v > 0,
+    message="--tictac_skip_timeout must be a finite number of seconds > 0")
 flags.DEFINE_integer(
     "tictac_window_bytes", DEFAULTS["window_bytes"],
     "Look-ahead window of the rendezvous: a scheduled transfer may be sent to the PS "

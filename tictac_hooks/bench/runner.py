@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, SCHEDULES
-from tictac_hooks.enforce.gate import DEFAULT_WINDOW_BYTES
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 
 DEFAULT_SCHEDULES = SCHEDULES
 WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
@@ -47,7 +47,7 @@ class BenchConfig:
     profile_steps: int = 3
     batch: int | None = None
     schedules: Sequence[str] = DEFAULT_SCHEDULES
-    skip_timeout: float = 2.0
+    skip_timeout: float = DEFAULT_SKIP_AFTER_S
     window_bytes: int = DEFAULT_WINDOW_BYTES
     timeout_s: float = 1800.0
     loopback: bool = False

@@ -7,10 +7,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from tictac_hooks.enforce.gate import InstallResult
-from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, InstallResult
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 BACKENDS = ("native", "proxy")
+
+# The skip bound's one default (defined beside the gate; re-exported here).
+__all__ = ["BACKENDS", "DEFAULT_SKIP_AFTER_S", "MAX_INSTALL_BYTES", "GateClient", "GateError",
+           "check_install_size"]
+
+# The largest install request a client sends, on either backend (the proxy's control
+# service accepts requests up to this size; gRPC's own default is 4 MiB). 64 MiB holds
+# 100,000 transfers (as many served names as a gate remembers) with names of about 300
+# characters; a bigger request would only cost the PS memory.
+MAX_INSTALL_BYTES = 64 << 20
+
+
+def check_install_size(schedule: Schedule, nbytes: int, address: str) -> None:
+    """Raises ScheduleError, before anything is sent, for an install request over
+    :data:`MAX_INSTALL_BYTES`."""
+    if nbytes > MAX_INSTALL_BYTES:
+        raise ScheduleError(
+            f"the schedule for {address} is too large to install: {len(schedule)} transfers "
+            f"encode to {nbytes / (1 << 20):.1f} MiB, over the limit of "
+            f"{MAX_INSTALL_BYTES >> 20} MiB per install; schedule fewer transfers (only "
+            "those the PS serves) or use shorter names")
+
 
 
 class GateError(ConnectionError):

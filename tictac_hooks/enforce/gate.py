@@ -35,6 +35,7 @@ import itertools
 import time
 from typing import Any, Callable
 
+from tictac_hooks import checks
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.tf_extract import sending_node_name
 
@@ -46,6 +47,19 @@ UNEXPECTED = "unexpected"  # listed, but not a transfer this PS served when inst
 DUPLICATE = "duplicate"    # a second transfer of the same name in one step
 
 DEFAULT_WINDOW_BYTES = 1 << 20  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
+
+# The skip bound, defined once: the default of --tictac_skip_timeout (TicTac, TicTacLoop,
+# TicTacHook), Gate, TicTacServer and `tictac ps --skip-after`; the native gate is always
+# configured with it explicitly. It bounds how long the counter of a (step, destination)
+# may stand still while a later transfer waits. Healthy stalls are short on the native
+# backend (a step's requests arrive together, responses are ready in milliseconds), but
+# on a loaded PS, or behind the proxy on a slow link (it sees a hand-back only once the
+# response before it has drained), they reach tenths of a second and more: 0.5 s could
+# skip a healthy transfer there, and every end-to-end run so far (0 skips) used 2 s. The
+# bound is also what a scheduled transfer that does not come costs per step until it is
+# presumed absent (after ``presume_absent_after`` steps), so it must stay small next to a
+# step time: 2 s, never forever.
+DEFAULT_SKIP_AFTER_S = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,8 +223,9 @@ class Gate:
     """Releases RecvTensor responses per (step_id, destination) in schedule order.
 
     Args:
-      skip_after_s: how long the counter may stand still, while a later transfer waits,
-        before the transfer it waits for is skipped (default 0.5 s).
+      skip_after_s: the skip bound: how long the counter may stand still, while a later
+        transfer waits, before the transfer it waits for is skipped (default
+        ``DEFAULT_SKIP_AFTER_S``, 2.0 s; the same bound as ``--tictac_skip_timeout``).
       window_bytes: the look-ahead window (see the module docstring; default
         ``DEFAULT_WINDOW_BYTES``, 0 for strictly one transfer at a time).
       presume_absent_after: after this many consecutive steps in which a transfer was
@@ -221,14 +236,13 @@ class Gate:
       clock: wall clock for the records (default time.time).
     """
 
-    def __init__(self, skip_after_s: float = 0.5, window_bytes: int = DEFAULT_WINDOW_BYTES,
+    def __init__(self, skip_after_s: float = DEFAULT_SKIP_AFTER_S,
+                 window_bytes: int = DEFAULT_WINDOW_BYTES,
                  presume_absent_after: int = 2,
                  max_active_steps: int = 64, history: int = 256,
                  max_served_names: int = 100_000,
                  clock: Callable[[], float] = time.time) -> None:
-        if skip_after_s <= 0:
-            raise ValueError(f"skip_after_s must be > 0, got {skip_after_s}")
-        self.skip_after_s = skip_after_s
+        self.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
         self.window_bytes = check_window(window_bytes)
         self.presume_absent_after = presume_absent_after
         self.max_active_steps = max_active_steps

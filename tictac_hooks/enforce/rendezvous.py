@@ -55,6 +55,8 @@ from grpc import aio
 from hpack import Decoder
 from hpack.exceptions import HPACKError
 
+from tictac_hooks import checks
+from tictac_hooks.enforce.api import MAX_INSTALL_BYTES
 from tictac_hooks.enforce.gate import Gate, Ticket, check_window, parse_rendezvous_key
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
@@ -751,7 +753,8 @@ class Rendezvous:
     Args:
       listen: address to listen on, ``HOST:PORT`` (port 0 picks a free one).
       upstream: the TensorFlow server's private address, ``HOST:PORT``.
-      gate: the ordering gate (default: ``Gate()``, 0.5 s skip bound).
+      gate: the ordering gate (default: ``Gate()``, whose skip bound is
+        ``DEFAULT_SKIP_AFTER_S``).
       request_parser: bytes -> (step_id, rendezvous_key) for RecvTensor request
         messages (default: TensorFlow's own RecvTensorRequest definition, see
         ``patches/tf_worker_proto.py``).
@@ -783,7 +786,10 @@ class Rendezvous:
 
     async def start(self) -> int:
         """Binds and starts serving; returns the bound port."""
-        self._control = aio.server(options=(("grpc.so_reuseport", 0),))
+        self._control = aio.server(options=(
+            ("grpc.so_reuseport", 0),
+            # Install requests up to the clients' own bound (gRPC's default is 4 MiB).
+            ("grpc.max_receive_message_length", MAX_INSTALL_BYTES)))
         self._control.add_generic_rpc_handlers((_ControlHandler(self),))
         control_port = self._control.add_insecure_port("127.0.0.1:0")
         await self._control.start()
@@ -849,9 +855,7 @@ class Rendezvous:
                 schedule = Schedule.from_json(args.get("schedule"), source="installed schedule")
                 skip_after_s = args.get("skip_after_s")
                 if skip_after_s is not None:
-                    if not (isinstance(skip_after_s, (int, float)) and skip_after_s > 0):
-                        raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")
-                    self.gate.skip_after_s = float(skip_after_s)
+                    self.gate.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
                 window_bytes = args.get("window_bytes")
                 if window_bytes is not None:
                     self.gate.window_bytes = check_window(window_bytes)

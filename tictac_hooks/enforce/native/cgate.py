@@ -10,6 +10,7 @@ import json
 import threading
 from typing import Any, Callable
 
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S
 from tictac_hooks.graph.schedule import ScheduleError
 
 _HANDBACK = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p)
@@ -55,8 +56,9 @@ class CGate:
         self._owned = owned
 
     @classmethod
-    def alone(cls, path: str, skip_after_s: float = 0.5, presume_absent_after: int = 2,
-              max_active_steps: int = 64, history: int = 256) -> "CGate":
+    def alone(cls, path: str, skip_after_s: float = DEFAULT_SKIP_AFTER_S,
+              presume_absent_after: int = 2, max_active_steps: int = 64,
+              history: int = 256) -> "CGate":
         lib = _library(path)
         return cls(lib, lib.tictac_gate_new(skip_after_s, presume_absent_after,
                                             max_active_steps, history), True)
