@@ -115,3 +115,25 @@ def test_a_process_keeps_the_library_it_loaded_when_the_sources_change(tmp_path,
     # a second library (its op would already be registered, its module empty).
     monkeypatch.setattr(native_build, "build", lambda **kw: pytest.fail("rebuilt"))
     assert native_build.load() is module and native_build.loaded_path() == path
+
+
+def test_a_schedule_over_the_install_limit_is_refused_before_it_is_sent(monkeypatch):
+    """The native client checks the size of its install request before running the
+    control op (issue #14.6), as the proxy's client does."""
+    pytest.importorskip("tensorflow")
+    import socket
+
+    from tictac_hooks.enforce import api
+    from tictac_hooks.enforce.native.client import NativeClient
+    from tictac_hooks.graph.schedule import Schedule, ScheduleError
+    monkeypatch.setattr(api, "MAX_INSTALL_BYTES", 1 << 20)
+    s = socket.create_server(("127.0.0.1", 0))
+    nobody = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()  # nothing listens: a request sent would fail with "cannot reach"
+    schedule = Schedule.from_order("tic", [f"model/layer/kernel/ReadVariableOp/{i:026d}"
+                                           for i in range(20_000)])
+    with NativeClient(nobody, timeout_s=5, device="/job:ps/replica:0/task:0") as client:
+        with pytest.raises(ScheduleError, match=(
+                rf"the schedule for {nobody} is too large to install: 20000 transfers "
+                r"encode to 1\.\d MiB, over the limit of 1 MiB per install")):
+            client.install(schedule)

@@ -6,6 +6,7 @@ held until its turn, hand-back on the response HEADERS, resets and closes."""
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import socket
 import struct
@@ -486,3 +487,39 @@ def test_request_paths_cache_follows_the_hpack_table():
     assert paths.path(same_bytes) == b"/b"
     # a multi-byte index (>= 127) is still "indexed only"
     assert _only_indexed(bytes([0xFF, 0x81, 0x01])) and not _only_indexed(bytes([0xFF, 0x01, 0x40]))
+
+
+# -- large schedules (issue #14.6) -------------------------------------------------------
+
+def big_schedule(n: int = 100_000, name_chars: int = 60) -> Schedule:
+    prefix = "model/block_x/layer_y/kernel/ReadVariableOp/"
+    names = [(prefix + "x" * name_chars)[:name_chars - 6] + f"{i:06d}" for i in range(n)]
+    return Schedule.from_order("tic", names)
+
+
+def test_a_schedule_over_grpcs_default_4_mib_installs_on_the_proxy(upstream):
+    """100,000 transfers with 60-character names: 13 MiB of JSON, once RESOURCE_EXHAUSTED
+    ("cannot reach ... is the PS running?")."""
+    schedule = big_schedule()
+    assert len(json.dumps({"schedule": schedule.to_json()})) > 4 << 20
+    rv = start(upstream.address)
+    try:
+        with RendezvousClient(rv.address, timeout_s=60) as client:
+            result = client.install(schedule)
+        assert result.transfers == 100_000 and result.expected == 100_000
+    finally:
+        rv.stop()
+
+
+def test_a_schedule_over_the_install_limit_is_refused_before_it_is_sent(monkeypatch):
+    from tictac_hooks.enforce import api
+    from tictac_hooks.graph.schedule import ScheduleError
+    monkeypatch.setattr(api, "MAX_INSTALL_BYTES", 1 << 20)
+    s = socket.create_server(("127.0.0.1", 0))
+    nobody = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()  # nothing listens: a request sent would fail with "cannot reach"
+    with RendezvousClient(nobody, timeout_s=5) as client:
+        with pytest.raises(ScheduleError, match=(
+                rf"the schedule for {nobody} is too large to install: 20000 transfers "
+                r"encode to 2\.\d MiB, over the limit of 1 MiB per install")):
+            client.install(big_schedule(20_000))

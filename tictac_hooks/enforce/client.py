@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 import grpc
 
-from tictac_hooks.enforce.api import BACKENDS, GateClient, GateError
+from tictac_hooks.enforce.api import BACKENDS, GateClient, GateError, check_install_size
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.rendezvous import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -84,6 +84,7 @@ class RendezvousClient(GateClient):
             body["skip_after_s"] = skip_after_s
         if window_bytes is not None:
             body["window_bytes"] = window_bytes
+        check_install_size(schedule, len(json.dumps(body).encode()), self.address)
         r = self._call("Install", body)
         return InstallResult(r["version"], r["transfers"], r["expected"],
                              tuple(r["unmatched"]), r["served"])

@@ -14,7 +14,8 @@ import json
 import threading
 from typing import Any
 
-from tictac_hooks.enforce.api import GateClient, GateError
+from tictac_hooks import checks
+from tictac_hooks.enforce.api import GateClient, GateError, check_install_size
 from tictac_hooks.enforce.gate import InstallResult, check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
@@ -97,8 +98,7 @@ class NativeClient(GateClient):
     def __init__(self, address: str, timeout_s: float = 10.0, device: str | None = None) -> None:
         from tictac_hooks.enforce.native.build import load
 
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        checks.seconds("timeout_s", timeout_s)
         self.address = address
         self.timeout_s = timeout_s
         self._lib = load()
@@ -215,10 +215,11 @@ class NativeClient(GateClient):
         there is no window."""
         if window_bytes is not None:
             check_window(window_bytes)
-        if skip_after_s is not None and not (isinstance(skip_after_s, (int, float))
-                                             and 0 < skip_after_s < float("inf")):
-            raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")
-        r = self.call("install", install_argument(schedule, skip_after_s))
+        if skip_after_s is not None:
+            checks.seconds("skip_after_s", skip_after_s)
+        argument = install_argument(schedule, skip_after_s)
+        check_install_size(schedule, len(argument.encode()), self.address)
+        r = self.call("install", argument)
         return InstallResult(r["version"], r["transfers"], r["expected"],
                              tuple(r["unmatched"]), r["served"])
 
