@@ -58,3 +58,117 @@ def test_parse_rate(text, value):
 def test_parse_rate_rejects_nonsense():
     with pytest.raises(ValueError, match="bad rate 'fast'"):
         parse_rate("fast")
+
+
+# -- parse-time checks of the enforce and analyze options (issue #14.5, #14.9) ---------
+
+@pytest.mark.parametrize("args,message", [
+    (["schedule", "stats", "--ps", "127.0.0.1:99999"],
+     "tictac schedule stats: error: argument --ps: must be HOST:PORT with a port in "
+     "1..65535, got '127.0.0.1:99999'"),
+    (["schedule", "install", "--ps", "127.0.0.1:0", "o.json"],
+     "argument --ps: must be HOST:PORT with a port in 1..65535, got '127.0.0.1:0'"),
+    (["schedule", "clear", "--ps", "localhost"],
+     "argument --ps: must be HOST:PORT with a port in 1..65535, got 'localhost'"),
+    (["schedule", "stats", "--ps", "127.0.0.1:1", "--timeout", "0"],
+     "argument --timeout: must be a finite number of seconds > 0, got '0'"),
+    (["schedule", "stats", "--ps", "127.0.0.1:1", "--timeout", "nan"],
+     "argument --timeout: must be a finite number of seconds > 0, got 'nan'"),
+    (["schedule", "stats", "--ps", "127.0.0.1:1", "--timeout", "-2"],
+     "argument --timeout: must be a finite number of seconds > 0, got '-2'"),
+    (["schedule", "install", "--ps", "127.0.0.1:1", "--skip-after", "inf", "o.json"],
+     "argument --skip-after: must be a finite number of seconds > 0, got 'inf'"),
+    (["ps", "--cluster-spec", "{}", "--private-port", "70000"],
+     "argument --private-port: must be a port number in 0..65535 (0: pick a free one), "
+     "got '70000'"),
+    (["ps", "--cluster-spec", "{}", "--private-port", "-1"],
+     "argument --private-port: must be a port number in 0..65535"),
+    (["ps", "--cluster-spec", "{}", "--skip-after", "nan"],
+     "argument --skip-after: must be a finite number of seconds > 0, got 'nan'"),
+    (["ps", "--cluster-spec", "{}", "--task-index", "-1"],
+     "argument --task-index: must be a whole number >= 0, got '-1'"),
+    (["analyze", "--model", "MobileNetV2", "--ps", "0"],
+     "tictac analyze: error: argument --ps: must be a whole number >= 1, got '0'"),
+    (["analyze", "--model", "MobileNetV2", "--batch-size", "0"],
+     "argument --batch-size: must be a whole number >= 1, got '0'"),
+    (["analyze", "--model", "MobileNetV2", "--seeds", "-1"],
+     "argument --seeds: must be a whole number >= 1, got '-1'"),
+    (["analyze", "--model", "MobileNetV2", "--bandwidth", "fast"],
+     "argument --bandwidth: bad rate 'fast'"),
+])
+def test_bad_option_values_are_rejected_at_parse_time(args, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("[]", "--cluster-spec must be a JSON object {job: [addresses]}, e.g. "
+           '{"ps": ["host:2222"], "worker": ["host:2223"]}, or a path to a file holding '
+           "one; --cluster-spec holds a JSON list: []"),
+    ('"ps"', "or a path to a file holding one; --cluster-spec holds a JSON str: 'ps'"),
+    ("no-such-cluster.json", "or a path to a file holding one; 'no-such-cluster.json' is "
+                             "not JSON, and no such file exists"),
+    ('{"ps": "127.0.0.1:2222"}', "or a path to a file holding one; job 'ps' is "
+                                 "'127.0.0.1:2222'"),
+    ('{"ps": ["127.0.0.1:99999"]}', "the cluster spec's address of ps:0 must be HOST:PORT "
+                                    "with a port in 1..65535, got '127.0.0.1:99999'"),
+    ('{"ps": ["127.0.0.1:2222"], "worker": ["127.0.0.1"]}',
+     "the cluster spec's address of worker:0 must be HOST:PORT with a port in 1..65535, "
+     "got '127.0.0.1'"),
+])
+def test_a_wrong_cluster_spec_is_a_one_line_error_before_tensorflow(spec, message, capsys):
+    assert main(["ps", "--cluster-spec", spec]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tictac ps: error: ") and message in err, err
+    assert err.count("\n") == 1, err
+
+
+def test_a_cluster_spec_file_holding_a_list_names_the_file(tmp_path, capsys):
+    path = tmp_path / "cluster.json"
+    path.write_text("[]")
+    assert main(["ps", "--cluster-spec", str(path)]) == 2
+    assert f"--cluster-spec file {str(path)!r} holds a JSON list" in capsys.readouterr().err
+
+
+# -- `tictac ... | head` (issue #14.9) --------------------------------------------------
+
+@pytest.mark.parametrize("recvs", [3, 3000], ids=["fits-the-buffer", "larger-than-a-pipe"])
+def test_a_closed_stdout_pipe_ends_the_command_quietly(tmp_path, recvs):
+    """The reader of stdout is gone (`tictac ... | head`): no "[Errno 32] Broken pipe",
+    no "Exception ignored" at exit, no traceback."""
+    import os
+    g = random_dag(1, n_recvs=recvs, n_compute=4, channels=1)
+    g.save(tmp_path / "g.json")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will ever read: every write gets EPIPE
+    try:
+        out = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", "order",
+                              str(tmp_path / "g.json")], stdout=write_end,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert out.stderr == "", out.stderr
+    assert out.returncode == 1
+
+
+def test_schedule_stats_into_a_closed_pipe_is_quiet():
+    import os
+
+    from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+    rv = RendezvousThread(Rendezvous("127.0.0.1:0", "127.0.0.1:1",
+                                     request_parser=lambda b: (0, ""))).start()
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        out = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", "schedule", "stats",
+                              "--ps", rv.address], stdout=write_end, stderr=subprocess.PIPE,
+                             text=True, timeout=60)
+    finally:
+        os.close(write_end)
+        rv.stop()
+    assert "Broken pipe" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "Exception ignored" not in out.stderr, out.stderr
+    assert out.returncode == 1

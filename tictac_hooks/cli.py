@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import Sequence
 
@@ -34,7 +35,14 @@ def main(argv: Sequence[str] | None = None,
     parser = build_parser(modules)
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a closed pipe is handled below
+        return code
+    except BrokenPipeError:
+        # `tictac ... | head`: the reader is gone. Say nothing; keep the interpreter's
+        # final flush from failing again (the recipe of Python's signal module docs).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (ValueError, OSError, ConnectionError) as e:
         # Our errors are ValueError subclasses that say what was wrong and what to do.
         print(f"tictac {args.command}: error: {e}", file=sys.stderr)

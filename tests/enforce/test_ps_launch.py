@@ -327,3 +327,92 @@ def test_native_ps_warns_about_proxy_only_options(launch, tmp_path):
     _wait_for("tictac ps --bind-host", lambda: "native gate" in _log(ps_log), ps, ps_log)
     assert "apply to --backend proxy only" in _log(ps_log)
     assert "every interface" in _log(ps_log)
+
+
+# -- ports (issue #14.5) -----------------------------------------------------------------
+
+@pytest.fixture
+def taken_port():
+    """A port something listens on (a plain socket, as another program's would)."""
+    import socket
+    s = socket.create_server(("127.0.0.1", 0))
+    yield s.getsockname()[1]
+    s.close()
+
+
+@pytest.mark.parametrize("backend", ["native", "plain"])
+def test_a_ps_address_whose_port_is_taken_is_a_one_line_error(taken_port, backend):
+    cluster = {"ps": [f"127.0.0.1:{taken_port}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    extra = ["--no-rendezvous"] if backend == "plain" else []
+    out = subprocess.run([*TICTAC, "ps", "--cluster-spec", json.dumps(cluster), *extra],
+                         capture_output=True, text=True, timeout=60, env=_env())
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert (f"tictac ps: error: ps:0's address 127.0.0.1:{taken_port} in the cluster spec: "
+            f"port {taken_port} is already in use") in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "Could not start gRPC server" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_taken_private_port_is_a_one_line_error(taken_port):
+    cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    out = subprocess.run([*TICTAC, "ps", "--backend", "proxy", "--cluster-spec",
+                          json.dumps(cluster), "--private-port", str(taken_port)],
+                         capture_output=True, text=True, timeout=60, env=_env())
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert (f"tictac ps: error: --private-port {taken_port}: port {taken_port} is already "
+            "in use") in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "Could not start gRPC server" not in out.stderr
+
+
+def test_a_worker_server_whose_port_is_taken_is_a_one_line_error(taken_port):
+    cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{taken_port}"]}
+    out = subprocess.run([*TICTAC, "server", "--cluster-spec", json.dumps(cluster)],
+                         capture_output=True, text=True, timeout=60, env=_env())
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"worker:0's address 127.0.0.1:{taken_port} in the cluster spec: port " \
+           f"{taken_port} is already in use" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(private_port=70000), "private_port must be a port number in 0..65535 (0: pick a "
+                               "free one), got 70000"),
+    (dict(private_port=-1), "private_port must be a port number in 0..65535"),
+    (dict(skip_after_s=float("nan")), "skip_after_s must be a finite number of seconds > 0"),
+    (dict(skip_after_s=0), "skip_after_s must be a finite number of seconds > 0"),
+])
+def test_tictac_server_checks_its_arguments_first(kwargs, message):
+    from tictac_hooks.enforce import TicTacServer
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TicTacServer({"ps": ["127.0.0.1:2222"]}, backend="proxy", **kwargs)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1", ":2222"])
+def test_tictac_server_checks_every_cluster_spec_address(address):
+    from tictac_hooks.enforce import TicTacServer
+    with pytest.raises(ValueError, match=re.escape(
+            f"the cluster spec's address of worker:0 must be HOST:PORT with a port in "
+            f"1..65535, got {address!r}")):
+        TicTacServer({"ps": ["127.0.0.1:2222"], "worker": [address]}, backend="proxy")
+
+
+@pytest.mark.slow
+def test_tictac_server_with_a_taken_private_port_names_it(taken_port):
+    from tictac_hooks.checks import PortInUseError
+    from tictac_hooks.enforce import TicTacServer
+    with pytest.raises(PortInUseError, match=f"ps:0's private port \\(private_port\\): port "
+                                             f"{taken_port} is already in use"):
+        TicTacServer({"ps": [f"127.0.0.1:{free_port()}"]}, backend="proxy",
+                     private_port=taken_port, start=False)
+
+
+@pytest.mark.slow
+def test_a_native_ps_uses_the_one_default_skip_bound(launch):
+    """The C++ gate has a built-in default of its own; `tictac ps` always configures the
+    shared one (issue #12.7)."""
+    from tictac_hooks.enforce.api import DEFAULT_SKIP_AFTER_S
+    cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    ps, ps_log = launch(["ps", "--tf-config"], _tf_config(cluster, "ps", 0))
+    address = cluster["ps"][0]
+    _wait_for("tictac ps", lambda: _rendezvous_answers(address, "native"), ps, ps_log)
+    with connect(address, backend="native") as client:
+        assert client.stats()["skip_after_s"] == DEFAULT_SKIP_AFTER_S == 2.0

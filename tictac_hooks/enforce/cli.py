@@ -8,6 +8,8 @@ import logging
 import os
 import sys
 
+from tictac_hooks import checks
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S
 from tictac_hooks.graph.schedule import Schedule
 
 
@@ -34,14 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", choices=("native", "proxy"), default="native",
                    help="where the gate runs (default native; proxy: a sidecar for PS "
                         "images that cannot load the library)")
-    p.add_argument("--private-port", type=int, default=0,
-                   help="proxy: the TensorFlow server's own port (default: a free one)")
+    p.add_argument("--private-port", type=checks.arg_port(zero_picks_one=True), default=0,
+                   help="proxy: the TensorFlow server's own port, 1..65535 (default 0: a "
+                        "free one)")
     p.add_argument("--bind-host", default="127.0.0.1",
                    help="proxy: where the rendezvous listens (default 127.0.0.1; 0.0.0.0 "
                         "to serve other machines)")
-    p.add_argument("--skip-after", type=float, default=0.5, metavar="SECONDS",
-                   help="skip a scheduled transfer that has not come this long after the "
-                        "last hand-back while later ones wait (default 0.5)")
+    p.add_argument("--skip-after", type=checks.arg_seconds(), default=DEFAULT_SKIP_AFTER_S,
+                   metavar="SECONDS",
+                   help="the skip bound, the same bound as --tictac_skip_timeout with the "
+                        "same default: skip a scheduled transfer that has not come this "
+                        "long after the last hand-back while later ones wait (default "
+                        f"{DEFAULT_SKIP_AFTER_S:g})")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="proxy: look-ahead window: a scheduled transfer may go before the "
                         "one ahead of it is answered while at most this many bytes are in "
@@ -77,14 +83,17 @@ def register(sub: argparse._SubParsersAction) -> None:
             ("trace", "write the transfer timeline as Chrome/Perfetto trace JSON", _trace)):
         q = ssub.add_parser(name, help=help_text, description=help_text)
         q.add_argument("--ps", action="append", required=True, metavar="HOST:PORT",
+                       type=checks.arg_address(),
                        help="a PS address from the cluster spec (repeat for every PS)")
-        q.add_argument("--timeout", type=float, default=10.0,
-                       help="seconds per call (default 10)")
+        q.add_argument("--timeout", type=checks.arg_seconds(), default=10.0,
+                       help="seconds per call, > 0 (default 10)")
         if name == "install":
             q.add_argument("order", metavar="ORDER.json",
                            help="order JSON {algorithm, order, priority} or name<TAB>priority lines")
-            q.add_argument("--skip-after", type=float, default=None, metavar="SECONDS",
-                           help="the PS's skip bound for this schedule (default: as started)")
+            q.add_argument("--skip-after", type=checks.arg_seconds(), default=None,
+                           metavar="SECONDS",
+                           help="the PS's skip bound for this schedule, as "
+                                "--tictac_skip_timeout (default: as the PS was started)")
             q.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                            help="the look-ahead window (default: as started; 0: strict)")
         if name == "trace":
@@ -98,7 +107,7 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
                      help='cluster spec as JSON ({"ps": [...], "worker": [...]}) or a file')
     how.add_argument("--tf-config", nargs="?", const="", metavar="JSON",
                      help="read cluster and task from TF_CONFIG (or from this JSON)")
-    p.add_argument("--task-index", type=int, default=None,
+    p.add_argument("--task-index", type=checks.arg_whole_number(0), default=None,
                    help="this task's index in its job (default 0, or TF_CONFIG's)")
 
 
@@ -108,15 +117,8 @@ def _cluster(args: argparse.Namespace) -> tuple[dict, str, int]:
     from tictac_hooks.enforce.server import cluster_from_tf_config
 
     if args.cluster_spec is not None:
-        text = args.cluster_spec
-        if not text.lstrip().startswith("{"):
-            with open(text) as f:
-                text = f.read()
-        try:
-            spec = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"--cluster-spec is not valid JSON: {e}") from None
-        if not isinstance(spec, dict) or args.job not in spec:
+        spec = _cluster_spec_arg(args.cluster_spec)
+        if args.job not in spec:
             raise ValueError(f"--cluster-spec has no job {args.job!r}: {spec!r}")
         job, index = args.job, args.task_index or 0
     else:
@@ -140,11 +142,53 @@ def _cluster(args: argparse.Namespace) -> tuple[dict, str, int]:
     if not known:
         raise ValueError(f"the cluster spec has no task {job}:{index}: {spec!r}; fix the "
                          "task index or the cluster")
+    checks.cluster_addresses(spec)
     return spec, job, index
+
+
+_SPEC_FORM = ('--cluster-spec must be a JSON object {job: [addresses]}, e.g. '
+              '{"ps": ["host:2222"], "worker": ["host:2223"]}, or a path to a file holding one')
+
+
+def _cluster_spec_arg(text: str) -> dict:
+    """The cluster spec of --cluster-spec: inline JSON, or the path of a JSON file."""
+    source = "--cluster-spec"
+    if not text.lstrip().startswith(("{", "[", '"')) and os.path.isfile(text):
+        source = f"--cluster-spec file {text!r}"
+        with open(text) as f:
+            text = f.read()
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as e:
+        if source == "--cluster-spec" and not text.lstrip().startswith("{"):
+            raise ValueError(f"{_SPEC_FORM}; {text!r} is not JSON, and no such file "
+                             "exists") from None
+        raise ValueError(f"{source} is not valid JSON: {e}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"{_SPEC_FORM}; {source} holds a JSON {type(spec).__name__}: "
+                         f"{spec!r}")
+    for job, tasks in spec.items():
+        if not isinstance(tasks, (list, dict)) or not tasks:
+            raise ValueError(f"{_SPEC_FORM}; job {job!r} is {tasks!r}")
+    return spec
+
+
+def _own_port_free(spec: dict, job: str, index: int) -> None:
+    """Before TensorFlow is imported: the port this task's server binds is free."""
+    address = spec[job][index]
+    checks.port_free(checks.address("address", address)[1],
+                     f"{job}:{index}'s address {address} in the cluster spec")
 
 
 def _ps(args: argparse.Namespace) -> int:
     spec, job, index = _cluster(args)
+    # The native (or plain) PS's server binds its cluster-spec port; the proxy's
+    # TensorFlow server binds --private-port (the rendezvous says itself when the
+    # cluster-spec port is taken).
+    if args.no_rendezvous or args.backend == "native":
+        _own_port_free(spec, job, index)
+    elif args.private_port:
+        checks.port_free(args.private_port, f"--private-port {args.private_port}")
 
     import tensorflow as tf
 
@@ -193,6 +237,7 @@ def _build(args: argparse.Namespace) -> int:
 
 def _server(args: argparse.Namespace) -> int:
     spec, job, index = _cluster(args)
+    _own_port_free(spec, job, index)
 
     import tensorflow as tf
 

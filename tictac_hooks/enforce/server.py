@@ -19,8 +19,9 @@ import random
 import socket
 from typing import Any, Mapping
 
+from tictac_hooks import checks
 from tictac_hooks.enforce.api import BACKENDS
-from tictac_hooks.enforce.gate import Gate
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, Gate
 from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
 
 DEFAULT_BIND_HOST = "127.0.0.1"
@@ -60,11 +61,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` -> (host, port)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"address {address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    """``host:port`` or ``[v6]:port`` -> (host, port), the port in 1..65535."""
+    return checks.address("address", address)
 
 
 def cluster_from_tf_config(tf_config: str | Mapping[str, Any] | None = None
@@ -90,6 +88,23 @@ def cluster_from_tf_config(tf_config: str | Mapping[str, Any] | None = None
                          "\"task\": {\"type\": \"ps\", \"index\": 0}}") from None
 
 
+def _tf_server(server_def: Any, port: int, what: str) -> Any:
+    """``tf.distribute.Server(server_def, start=False)``; a port that is taken is a
+    one-line error naming it (TensorFlow says only "Could not start gRPC server", or
+    shares the port with another TensorFlow server without a word: SO_REUSEPORT)."""
+    import tensorflow as tf
+
+    checks.port_free(port, what)
+    try:
+        return tf.distribute.Server(server_def, start=False)
+    except tf.errors.UnknownError as e:
+        if "Could not start gRPC server" not in str(e):
+            raise
+        raise checks.PortInUseError(
+            f"{what}: TensorFlow could not start its gRPC server on port {port} (in use, "
+            "or not allowed); choose another port") from None
+
+
 class TicTacServer:
     """A ``tf.distribute.Server`` for a PS task, with the TicTac gate.
 
@@ -109,8 +124,10 @@ class TicTacServer:
       config: a ``tf.compat.v1.ConfigProto`` for the TensorFlow server.
       start: start at once (default True).
       backend: "native" (default) or "proxy".
-      skip_after_s: the gate's skip bound (default: the gate's, 0.5 s).
-      private_port: proxy only: the TensorFlow server's own port (default 0: a free one).
+      skip_after_s: the gate's skip bound, the same bound as ``--tictac_skip_timeout``
+        (default ``DEFAULT_SKIP_AFTER_S``, 2.0 s; ignored when ``gate`` is given).
+      private_port: proxy only: the TensorFlow server's own port, 1..65535 (default 0: a
+        free one).
       bind_host: proxy only: where the rendezvous listens (default "127.0.0.1"; "0.0.0.0"
         or "[::]" to serve other machines).
       gate: proxy only: the ordering gate (default ``Gate()``).
@@ -128,8 +145,11 @@ class TicTacServer:
                  bind_host: str = DEFAULT_BIND_HOST, gate: Gate | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'native' or 'proxy', got {backend!r}")
-        if skip_after_s is not None and not 0 < skip_after_s < float("inf"):
-            raise ValueError(f"skip_after_s must be > 0 seconds, got {skip_after_s!r}")
+        skip_after_s = checks.seconds(
+            "skip_after_s", DEFAULT_SKIP_AFTER_S if skip_after_s is None else skip_after_s)
+        checks.port("private_port", private_port, zero_picks_one=True)
+        if isinstance(server_or_cluster_def, Mapping):
+            checks.cluster_addresses(server_or_cluster_def)
         import tensorflow as tf
 
         if isinstance(server_or_cluster_def, tf.train.ServerDef):
@@ -155,7 +175,9 @@ class TicTacServer:
         except (KeyError, ValueError):
             raise ValueError(f"the cluster spec has no task {server_def.job_name}:"
                              f"{server_def.task_index}: {spec.as_dict()}") from None
+        checks.cluster_addresses(spec.as_dict())
         _, public_port = split_address(public)
+        task = f"{server_def.job_name}:{server_def.task_index}"
         self.backend = backend
         self.public_address = public
         self.rendezvous = None
@@ -168,20 +190,22 @@ class TicTacServer:
             load()
             server_def.protocol = NATIVE_PROTOCOL
             self.private_address = public  # the gate is inside this server
-            self._server = tf.distribute.Server(server_def, start=False)
+            self._server = _tf_server(server_def, public_port,
+                                      f"{task}'s address {public} in the cluster spec")
             self._cgate = CGate.server(loaded_path())
             if self._cgate is None:
                 raise RuntimeError("the grpc+tictac server started without its gate")
-            if skip_after_s is not None:
-                self._cgate.control("configure", f"skip_after_s\t{float(skip_after_s)!r}\n")
+            # Always explicit: the C++ gate's built-in default is not the one to use.
+            self._cgate.control("configure", f"skip_after_s\t{skip_after_s!r}\n")
             if start:
                 self.start()
             return
         server_def.port = private_port or free_port()
         self.private_address = f"127.0.0.1:{server_def.port}"
-        self._server = tf.distribute.Server(server_def, start=False)
+        self._server = _tf_server(server_def, server_def.port,
+                                  f"{task}'s private port (private_port)")
         if gate is None:
-            gate = Gate(**({} if skip_after_s is None else {"skip_after_s": skip_after_s}))
+            gate = Gate(skip_after_s=skip_after_s)
         host = bind_host if ":" not in bind_host or bind_host.startswith("[") else f"[{bind_host}]"
         self.rendezvous = Rendezvous(f"{host}:{public_port}", self.private_address, gate=gate)
         if start:

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 
+from tictac_hooks.checks import arg_whole_number
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule
@@ -47,15 +48,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", required=True, help="keras.applications name, e.g. ResNet50")
     p.add_argument("--training", action="store_true",
                    help="analyze a training step (forward, backward, update); default inference")
-    p.add_argument("--batch-size", type=int, default=8, help="batch size (default 8)")
+    p.add_argument("--batch-size", type=arg_whole_number(1), default=8,
+                   help="batch size (default 8)")
     p.add_argument("--image-size", type=int, default=None,
                    help="input height/width (default: small, the model's minimum or 64)")
-    p.add_argument("--bandwidth", default="1Gbit",
+    p.add_argument("--bandwidth", default="1Gbit", type=_rate_arg,
                    help="link rate for transfer times, e.g. 1Gbit, 100Mbit, 10Gbit, 125MB "
                         "(default 1Gbit)")
-    p.add_argument("--ps", type=int, default=1,
+    p.add_argument("--ps", type=arg_whole_number(1), default=1,
                    help="number of PS tasks; variables are spread round-robin (default 1)")
-    p.add_argument("--seeds", type=int, default=10,
+    p.add_argument("--seeds", type=arg_whole_number(1), default=10,
                    help="random orders to simulate for the baseline (default 10)")
     p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
     p.add_argument("--save-graph", metavar="GRAPH.json", help="write the timed DAG as graph JSON")
@@ -117,6 +119,15 @@ def parse_rate(text: str) -> float:
                 return value
             break
     raise ValueError(f"bad rate {text!r}: expected e.g. 1Gbit, 100Mbit, 125MB")
+
+
+def _rate_arg(text: str) -> str:
+    """argparse type of --bandwidth: checked at parse time, kept as given."""
+    try:
+        parse_rate(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _analyze(args: argparse.Namespace) -> int:
