@@ -26,10 +26,11 @@ from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
 
-flags.DEFINE_integer("steps", 60, "Training steps.")
-flags.DEFINE_integer("workers", 2, "Worker tasks (one tower each).")
-flags.DEFINE_integer("ps", 1, "Parameter-server tasks (variables placed round-robin).")
-flags.DEFINE_integer("batch_size", 64, "Per-tower batch size.")
+flags.DEFINE_integer("steps", 60, "Training steps.", lower_bound=1)
+flags.DEFINE_integer("workers", 2, "Worker tasks (one tower each).", lower_bound=1)
+flags.DEFINE_integer("ps", 1, "Parameter-server tasks (variables placed round-robin).",
+                     lower_bound=1)
+flags.DEFINE_integer("batch_size", 64, "Per-tower batch size.", lower_bound=1)
 flags.DEFINE_integer("seed", 3, "Graph-level random seed.")
 flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
@@ -37,7 +38,8 @@ flags.DEFINE_boolean("tictac", True, "Add the TicTac hook (--notictac: plain tra
 flags.DEFINE_enum("replication", "in-graph", ["in-graph", "between"],
                   "in-graph: one client, a tower per worker; between: a client per worker.")
 flags.DEFINE_string("cluster_spec", None, "(between-graph child) the cluster to join, JSON.")
-flags.DEFINE_integer("task_index", 0, "(between-graph child) this client's worker task.")
+flags.DEFINE_integer("task_index", 0, "(between-graph child) this client's worker task.",
+                     lower_bound=0)
 FLAGS = flags.FLAGS
 FLAGS.set_default("tictac_profile_steps", 15)
 

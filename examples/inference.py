@@ -19,10 +19,10 @@ from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
 
-flags.DEFINE_integer("steps", 100, "Evaluation steps.")
-flags.DEFINE_integer("workers", 2, "Worker tasks.")
-flags.DEFINE_integer("ps", 1, "Parameter-server tasks.")
-flags.DEFINE_integer("batch_size", 16, "Global batch size.")
+flags.DEFINE_integer("steps", 100, "Evaluation steps.", lower_bound=1)
+flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
+flags.DEFINE_integer("ps", 1, "Parameter-server tasks.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 16, "Global batch size.", lower_bound=1)
 flags.DEFINE_integer("seed", 11, "Random seed.")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
 FLAGS = flags.FLAGS

@@ -18,10 +18,10 @@ from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
 
-flags.DEFINE_integer("steps", 80, "Training steps.")
-flags.DEFINE_integer("workers", 2, "Worker tasks.")
-flags.DEFINE_integer("ps", 1, "Parameter-server tasks.")
-flags.DEFINE_integer("batch_size", 32, "Per-worker batch size.")
+flags.DEFINE_integer("steps", 80, "Training steps.", lower_bound=1)
+flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
+flags.DEFINE_integer("ps", 1, "Parameter-server tasks.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 32, "Per-worker batch size.", lower_bound=1)
 flags.DEFINE_integer("seed", 5, "Random seed.")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
 FLAGS = flags.FLAGS

@@ -20,13 +20,14 @@ from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
 
-flags.DEFINE_integer("steps", 100, "Training steps (all epochs together).")
-flags.DEFINE_integer("steps_per_epoch", 10, "Steps per epoch (statistics are read per epoch).")
+flags.DEFINE_integer("steps", 100, "Training steps (all epochs together).", lower_bound=1)
+flags.DEFINE_integer("steps_per_epoch", 10, "Steps per epoch (statistics are read per epoch).",
+                     lower_bound=1)
 # --log_dir is absl's own flag (absl.logging defines it); here it is the TensorBoard
 # directory (default: runs/keras_ps_train).
-flags.DEFINE_integer("workers", 2, "Worker tasks.")
-flags.DEFINE_integer("ps", 1, "Parameter-server tasks.")
-flags.DEFINE_integer("batch_size", 32, "Global batch size.")
+flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
+flags.DEFINE_integer("ps", 1, "Parameter-server tasks.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 32, "Global batch size.", lower_bound=1)
 flags.DEFINE_integer("seed", 7, "Random seed for weights and data.")
 flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
