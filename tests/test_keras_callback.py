@@ -111,7 +111,7 @@ def test_settings_arguments_win_over_flags_and_flags_over_defaults():
         flags.FLAGS.unparse_flags()
     with pytest.raises(ValueError, match="unknown TicTac algorithm 'fifo'"):
         Settings.resolve(algorithm="fifo")
-    with pytest.raises(ValueError, match="profile_steps must be >= 1"):
+    with pytest.raises(ValueError, match="profile_steps must be a whole number >= 1"):
         Settings.resolve(profile_steps=0)
 
 
@@ -125,3 +125,182 @@ def test_keras_internals_the_callback_relies_on_still_exist():
     keras_internals.check_upstream(model)
     (fn,) = keras_internals.traced_step_functions(model.train_function)[-1:]
     assert any(op.type == "ReadVariableOp" for op in fn.graph.get_operations())
+
+
+# -- arguments are checked where they are given (issue #14.4) ----------------------------
+
+BAD_SETTINGS = [
+    ("algorithm", "foo", "unknown TicTac algorithm 'foo': use one of tic, tac, none"),
+    ("algorithm", 5, "unknown TicTac algorithm 5"),
+    ("profile_steps", 0, "profile_steps must be a whole number >= 1, got 0"),
+    ("profile_steps", -3, "profile_steps must be a whole number >= 1, got -3"),
+    ("profile_steps", 2.5, "profile_steps must be a whole number >= 1, got 2.5"),
+    ("profile_steps", "5", "profile_steps must be a whole number >= 1, got '5'"),
+    ("profile_steps", True, "profile_steps must be a whole number >= 1, got True"),
+    ("skip_timeout", -1, "skip_timeout must be a finite number of seconds > 0, got -1"),
+    ("skip_timeout", 0, "skip_timeout must be a finite number of seconds > 0, got 0"),
+    ("skip_timeout", float("nan"), "skip_timeout must be a finite number of seconds > 0, got nan"),
+    ("skip_timeout", float("inf"), "skip_timeout must be a finite number of seconds > 0, got inf"),
+    ("skip_timeout", "2", "skip_timeout must be a finite number of seconds > 0, got '2'"),
+    ("window_bytes", -1, "window_bytes must be an integer >= 0, got -1"),
+    ("window_bytes", 1.5, "window_bytes must be an integer >= 0, got 1.5"),
+    ("log_dir", 3, "log_dir must be a directory path"),
+    ("log_dir", "", "log_dir must be a directory path"),
+    ("bandwidth", 0, "bandwidth must be a finite number of bytes per second > 0, got 0"),
+    ("bandwidth", float("nan"), "bandwidth must be a finite number of bytes per second > 0"),
+    ("bandwidth", -1e9, "bandwidth must be a finite number of bytes per second > 0"),
+]
+BAD_STATS_EVERY = [
+    ("stats_every", 0, "stats_every must be a whole number >= 1, got 0"),
+    ("stats_every", -1, "stats_every must be a whole number >= 1, got -1"),
+    ("stats_every", 1.5, "stats_every must be a whole number >= 1, got 1.5"),
+    ("stats_every", "2", "stats_every must be a whole number >= 1, got '2'"),
+]
+
+
+@pytest.mark.parametrize("name,value,message", BAD_SETTINGS + BAD_STATS_EVERY + [
+    ("measure_compute", "yes", "measure_compute must be True or False, got 'yes'"),
+])
+def test_tictac_rejects_a_bad_argument_in_its_constructor(name, value, message):
+    from tictac_hooks import TicTac
+    with pytest.raises(ValueError) as e:
+        TicTac(**{name: value})
+    assert message in str(e.value)
+
+
+class _FakeStepFunction:
+    def _list_all_concrete_functions(self):
+        return []
+
+
+@pytest.mark.parametrize("name,value,message", BAD_SETTINGS + [
+    ("batch_size", 0, "batch_size must be a whole number >= 1, got 0"),
+    ("batch_size", 8.0, "batch_size must be a whole number >= 1, got 8.0"),
+])
+def test_tictac_loop_rejects_a_bad_argument_in_its_constructor(name, value, message):
+    from tictac_hooks import TicTacLoop
+    with pytest.raises(ValueError) as e:
+        TicTacLoop(object(), _FakeStepFunction(), **{name: value})
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("name,value,message", BAD_SETTINGS + [
+    ("poll_every", 0, "poll_every must be a whole number >= 1, got 0"),
+    ("poll_every", 2.5, "poll_every must be a whole number >= 1, got 2.5"),
+    ("is_chief", "yes", "is_chief must be True, False or None, got 'yes'"),
+    ("workers", "worker:0", "workers must be a list of worker tasks like ['worker:0']"),
+    ("workers", ["ps:0"], "workers must be a list of worker tasks like ['worker:0']"),
+    ("cluster_spec", {"ps": ["127.0.0.1:99999"]},
+     "cluster_spec's address of ps:0 must be HOST:PORT with a port in 1..65535, "
+     "got '127.0.0.1:99999'"),
+])
+def test_tictac_hook_rejects_a_bad_argument_in_its_constructor(name, value, message):
+    from tictac_hooks import TicTacHook
+    with pytest.raises(ValueError) as e:
+        TicTacHook(**{name: value})
+    assert message in str(e.value)
+
+
+def test_good_arguments_are_accepted_and_resolve_as_given():
+    import numpy as np
+    from tictac_hooks import TicTac, TicTacHook, TicTacLoop
+    TicTac(algorithm="tac", profile_steps=np.int64(3), skip_timeout=1, stats_every=2,
+           window_bytes=0, bandwidth=1e9, log_dir=None)
+    TicTacHook(profile_steps=1, skip_timeout=0.25, cluster_spec={"ps": ["localhost:2222"]},
+               workers=["worker:0", "worker:1"], is_chief=True)
+    loop = TicTacLoop(object(), _FakeStepFunction(), skip_timeout=3)
+    assert loop.settings.skip_timeout == 3.0 and isinstance(loop.settings.skip_timeout, float)
+    s = Settings.resolve(profile_steps=7, stats_every=3)
+    assert (s.profile_steps, s.stats_every, s.skip_timeout) == (7, 3, 2.0)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1"])
+def test_the_skip_timeout_flag_rejects_nan_inf_and_non_positive_values(value):
+    from absl import flags
+    import tictac_hooks.flags  # noqa: F401
+    try:
+        with pytest.raises(flags.IllegalFlagValueError,
+                           match="--tictac_skip_timeout must be a finite number of seconds > 0"):
+            flags.FLAGS(["prog", f"--tictac_skip_timeout={value}"])
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+# -- one skip bound, one default (issue #12.7) -------------------------------------------
+
+def test_the_skip_bound_has_one_default_everywhere():
+    import inspect
+
+    from tictac_hooks import flags as tictac_flags
+    from tictac_hooks.bench.runner import BenchConfig
+    from tictac_hooks.cli import build_parser
+    from tictac_hooks.enforce.api import DEFAULT_SKIP_AFTER_S
+    from tictac_hooks.enforce.gate import Gate
+    from tictac_hooks.enforce.native.cgate import CGate
+    assert DEFAULT_SKIP_AFTER_S == 2.0
+    assert tictac_flags.DEFAULTS["skip_timeout"] == DEFAULT_SKIP_AFTER_S
+    from absl import flags
+    assert flags.FLAGS["tictac_skip_timeout"].default == DEFAULT_SKIP_AFTER_S
+    assert Gate().skip_after_s == DEFAULT_SKIP_AFTER_S
+    assert inspect.signature(CGate.alone).parameters["skip_after_s"].default == \
+        DEFAULT_SKIP_AFTER_S
+    assert BenchConfig.skip_timeout == DEFAULT_SKIP_AFTER_S
+    args = build_parser(["tictac_hooks.enforce.cli"]).parse_args(
+        ["ps", "--cluster-spec", "{}"])
+    assert args.skip_after == DEFAULT_SKIP_AFTER_S
+    assert Settings.resolve().skip_timeout == DEFAULT_SKIP_AFTER_S
+
+
+def test_tictac_ps_skip_after_help_names_the_flag_and_its_default():
+    out = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", "ps", "--help"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    text = " ".join(out.stdout.split())
+    assert "same bound as --tictac_skip_timeout with the same default" in text
+    assert "(default 2)" in text
+
+
+# -- help(TicTac), help(TicTacLoop), help(TicTacHook) (issue #14 item 7) -----------------
+
+@pytest.mark.parametrize("name", ["TicTac", "TicTacLoop", "TicTacHook"])
+def test_docstring_documents_every_argument_and_its_example_runs_as_written(name):
+    import inspect
+    import re
+
+    import tictac_hooks
+    cls = getattr(tictac_hooks, name)
+    doc = inspect.getdoc(cls)
+    args = doc.split("Args:", 1)[1].split("Example", 1)[0]
+    documented = set(re.findall(r"^  (\w+(?:, \w+)*):", args, re.M))
+    documented = {n for group in documented for n in group.split(", ")}
+    params = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    assert params <= documented, params - documented
+    example = doc.split("Example", 1)[1]
+    assert f"from tictac_hooks import {name}" in example
+    assert "import tensorflow as tf" in example
+    if name == "TicTac":  # model.fit under ParameterServerStrategy needs tf_keras
+        assert 'os.environ["TF_USE_LEGACY_KERAS"] = "1"' in example
+        assert example.index("TF_USE_LEGACY_KERAS") < example.index("import tensorflow")
+
+
+# -- the examples' count flags (issue #14.7) ---------------------------------------------
+
+@pytest.mark.parametrize("example,flag", [
+    ("keras_ps_train.py", "--steps=0"), ("keras_ps_train.py", "--steps_per_epoch=0"),
+    ("keras_ps_train.py", "--workers=0"), ("keras_ps_train.py", "--ps=0"),
+    ("keras_ps_train.py", "--batch_size=0"),
+    ("inference.py", "--steps=0"), ("inference.py", "--batch_size=-1"),
+    ("graph_mode_train.py", "--steps=0"), ("graph_mode_train.py", "--workers=0"),
+    ("graph_mode_train.py", "--task_index=-1"),
+    ("keras3_custom_loop.py", "--steps=0"), ("keras3_custom_loop.py", "--ps=0"),
+])
+def test_an_example_rejects_a_count_flag_below_its_bound_before_any_tensorflow_work(
+        example, flag):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", example), flag],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert out.returncode != 0
+    value = flag.split("=")[1]
+    assert (f"Flags parsing error: flag {flag}: {value} is not a positive integer" in out.stderr
+            or f"Flags parsing error: flag {flag}: {value} is not a non-negative integer"
+            in out.stderr), out.stderr[-2000:]
+    assert "Traceback" not in out.stderr

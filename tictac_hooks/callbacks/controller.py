@@ -31,7 +31,12 @@ class TicTacSetupError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Resolved settings: constructor argument, else parsed absl flag, else default."""
+    """Resolved settings: constructor argument, else parsed absl flag, else default.
+
+    Every value is checked (ValueError naming the argument and its allowed range): the
+    constructors of TicTac, TicTacLoop and TicTacHook call :meth:`check` on their
+    arguments, so a wrong one fails there, before any cluster or model is built.
+    """
 
     algorithm: str
     profile_steps: int
@@ -45,19 +50,37 @@ class Settings:
                 log_dir: str | None = None, skip_timeout: float | None = None,
                 stats_every: int | None = None,
                 window_bytes: int | None = None) -> "Settings":
-        s = cls(algorithm=tictac_flags.check_algorithm(tictac_flags.setting("algorithm", algorithm)),
-                profile_steps=int(tictac_flags.setting("profile_steps", profile_steps)),
-                log_dir=tictac_flags.setting("log_dir", log_dir),
-                skip_timeout=float(tictac_flags.setting("skip_timeout", skip_timeout)),
-                stats_every=int(tictac_flags.setting("stats_every", stats_every)),
-                window_bytes=int(tictac_flags.setting("window_bytes", window_bytes)))
-        if s.profile_steps < 1:
-            raise ValueError(f"profile_steps must be >= 1, got {s.profile_steps}")
-        if s.skip_timeout <= 0:
-            raise ValueError(f"skip_timeout must be > 0 seconds, got {s.skip_timeout}")
+        setting = tictac_flags.setting
+        return cls(**cls.check(algorithm=setting("algorithm", algorithm),
+                               profile_steps=setting("profile_steps", profile_steps),
+                               log_dir=setting("log_dir", log_dir),
+                               skip_timeout=setting("skip_timeout", skip_timeout),
+                               stats_every=setting("stats_every", stats_every),
+                               window_bytes=setting("window_bytes", window_bytes)))
+
+    @staticmethod
+    def check(**values: Any) -> dict[str, Any]:
+        """The given settings, checked (None: not given, left for the flag or default)."""
+        from tictac_hooks import checks
         from tictac_hooks.enforce.gate import check_window
-        check_window(s.window_bytes)
-        return s
+
+        checkers = {
+            "algorithm": tictac_flags.check_algorithm,
+            "profile_steps": lambda v: checks.whole_number("profile_steps", v, 1),
+            "log_dir": _check_log_dir,
+            "skip_timeout": lambda v: checks.seconds("skip_timeout", v),
+            "stats_every": lambda v: checks.whole_number("stats_every", v, 1),
+            "window_bytes": check_window,
+        }
+        return {name: None if value is None else checkers[name](value)
+                for name, value in values.items()}
+
+
+def _check_log_dir(log_dir: Any) -> str:
+    if not isinstance(log_dir, (str, os.PathLike)) or not os.fspath(log_dir):
+        raise ValueError(f"log_dir must be a directory path (str or os.PathLike), or None "
+                         f"for no logs; got {log_dir!r}")
+    return os.fspath(log_dir)
 
 
 def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 
@@ -23,20 +24,32 @@ class TicTacLoop:
     ``coordinator.schedule``), computes TIC or TAC and installs the order on every
     PS's rendezvous. Later steps of every worker follow it.
 
+    Every argument is checked here (ValueError naming the allowed range).
+
     Args:
       coordinator: the loop's ``tf.distribute.experimental.coordinator.ClusterCoordinator``.
       step_function: the ``tf.function`` the loop schedules.
-      algorithm, profile_steps, log_dir, skip_timeout, window_bytes: as for
-        :class:`tictac_hooks.TicTac` (defaults from the ``--tictac_*`` flags when parsed,
-        else tic / 5 / None / 2.0 / 1048576).
+      algorithm: as for :class:`tictac_hooks.TicTac` (``--tictac_algorithm``, default tic).
+      profile_steps: steps before the switch, >= 1 (``--tictac_profile_steps``, default 5).
+      log_dir: TensorBoard summaries and transfer timeline (``--tictac_log_dir``, default
+        None: nothing written).
+      skip_timeout: the skip bound, seconds > 0 (``--tictac_skip_timeout``, default 2.0).
       model: the Keras model, needed for TAC's compute profile (rebuilt from its config
         in a child process) and for the per-step efficiency E; optional for TIC.
-      batch_size: per-worker batch size for that profile (default 32).
-      bandwidth: link bytes/s for TAC's transfer times (default: measured).
+      batch_size: per-worker batch size for that profile, >= 1 (default 32).
+      bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
+      window_bytes: the proxy's look-ahead window, >= 0 (``--tictac_window_bytes``,
+        default 1048576).
 
-    Example:
+    Example (Keras 3; no ``TF_USE_LEGACY_KERAS`` needed in a custom loop):
       ```python
+      import tensorflow as tf
+      from tictac_hooks import TicTacLoop
+
+      strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
       coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+      # train_step: the @tf.function of one step; iterator: of a per-worker dataset
+      # (coordinator.create_per_worker_dataset); see examples/keras3_custom_loop.py.
       with TicTacLoop(coordinator, train_step) as tictac:
           for _ in range(steps):
               coordinator.schedule(train_step, args=(iterator,))
@@ -54,6 +67,9 @@ class TicTacLoop:
             raise TicTacSetupError(
                 "step_function must be the tf.function the loop passes to "
                 "coordinator.schedule (wrap it with @tf.function)")
+        checks.whole_number("batch_size", batch_size, 1)
+        if bandwidth is not None:
+            checks.positive_number("bandwidth", bandwidth, "bytes per second")
         self.coordinator = coordinator
         self.step_function = step_function
         self.model = model

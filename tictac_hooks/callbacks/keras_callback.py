@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any
 
+from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 
@@ -40,29 +41,45 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     ``ClusterCoordinator`` loop) and PS tasks launched behind the rendezvous
     (``tictac ps``, :class:`tictac_hooks.enforce.TicTacServer`, or ``LocalCluster``).
 
+    Every argument is checked here (ValueError naming the allowed range); None means
+    "the ``--tictac_*`` flag when absl flags were parsed, else the default".
+
     Args:
-      algorithm: ``"tic"`` (default), ``"tac"``, or ``"none"`` (profile and log only).
-        Default from ``--tictac_algorithm`` when absl flags were parsed.
-      profile_steps: steps run before the switch (default 5, ``--tictac_profile_steps``).
+      algorithm: ``"tic"`` (default), ``"tac"``, or ``"none"`` (profile and log only;
+        ``--tictac_algorithm``).
+      profile_steps: steps run before the switch, a whole number >= 1 (default 5,
+        ``--tictac_profile_steps``).
       log_dir: where TensorBoard step-time summaries and the transfer timeline
         (``tictac_transfers.trace.json``) go (default None: nothing written;
         ``--tictac_log_dir``).
-      skip_timeout: seconds a PS waits for a scheduled transfer before releasing the
-        next one (default 2.0, ``--tictac_skip_timeout``); training never hangs.
-      window_bytes: the rendezvous's look-ahead window: scheduled transfers may be
-        sent to the PS ahead of their turn while at most this many bytes are in flight
-        (default 1048576, ``--tictac_window_bytes``; 0: strictly one at a time).
-      bandwidth: link rate in bytes/s for TAC's transfer times (default: measured
-        from the profiled steps).
+      skip_timeout: the skip bound: seconds, finite and > 0, a PS waits for a scheduled
+        transfer before releasing the next one (default 2.0, ``--tictac_skip_timeout``;
+        the same bound as ``tictac ps --skip-after``); training never hangs.
+      bandwidth: link rate in bytes/s, finite and > 0, for TAC's transfer times
+        (default: measured from the profiled steps).
       measure_compute: profile per-op compute times (in a child process) for TAC and
         for the per-step efficiency E in TensorBoard (default: True).
+      stats_every: read step statistics from the PSes every N epochs, a whole number
+        >= 1 (default 1, ``--tictac_stats_every``).
+      window_bytes: the proxy rendezvous's look-ahead window: scheduled transfers may be
+        sent to the PS ahead of their turn while at most this many bytes are in flight,
+        a whole number >= 0 (default 1048576, ``--tictac_window_bytes``; 0: strictly one
+        at a time; the native gate has no window).
 
     Example:
       ```python
+      import os
+      os.environ["TF_USE_LEGACY_KERAS"] = "1"  # before TensorFlow is imported: tf_keras
+      import tensorflow as tf
+      from tictac_hooks import TicTac
+
+      resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
       strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
       with strategy.scope():
-          model = make_model()
+          model = tf.keras.Sequential([tf.keras.layers.Dense(10)])
           model.compile("sgd", "mse")
+      dataset = tf.data.Dataset.from_tensors(
+          (tf.zeros([32, 4]), tf.zeros([32, 10]))).repeat()
       model.fit(dataset, epochs=3, steps_per_epoch=100, callbacks=[TicTac()])
       ```
     """
@@ -71,7 +88,15 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                  log_dir: str | None = None, skip_timeout: float | None = None,
                  bandwidth: float | None = None, measure_compute: bool = True,
                  stats_every: int | None = None, window_bytes: int | None = None) -> None:
+        Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
+                       skip_timeout=skip_timeout, stats_every=stats_every,
+                       window_bytes=window_bytes)
+        if bandwidth is not None:
+            checks.positive_number("bandwidth", bandwidth, "bytes per second")
+        if not isinstance(measure_compute, bool):
+            raise ValueError(f"measure_compute must be True or False, got {measure_compute!r}")
         super().__init__()
+
         self.window_bytes = window_bytes
         self.algorithm = algorithm
         self.profile_steps = profile_steps

@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any, Mapping, Sequence
 
+from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 
@@ -34,13 +35,15 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
     compute times, transfer sizes). TIC or TAC then computes the order, which is
     installed on the TicTac rendezvous of every PS.
 
+    Every argument is checked here (ValueError naming the allowed range).
+
     Args:
       algorithm: ``"tic"`` (default), ``"tac"`` or ``"none"`` (``--tictac_algorithm``).
-      profile_steps: steps before the switch (default 5, ``--tictac_profile_steps``);
+      profile_steps: steps before the switch, >= 1 (default 5, ``--tictac_profile_steps``);
         the last ``min(3, profile_steps)`` are traced.
       log_dir: TensorBoard step-time summaries and the transfer timeline
         (``--tictac_log_dir``; default: nothing written).
-      skip_timeout: the rendezvous's wait bound per transfer (``--tictac_skip_timeout``).
+      skip_timeout: the skip bound, seconds > 0 (default 2.0, ``--tictac_skip_timeout``).
       window_bytes: the rendezvous's look-ahead window (``--tictac_window_bytes``; see
         :class:`tictac_hooks.TicTac`).
       cluster_spec: dict or ``tf.train.ClusterSpec`` naming the PS tasks (default: the
@@ -49,11 +52,19 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         every worker task found in the traced partition graphs).
       is_chief: install the schedule from this process (default: True, or the
         ``TF_CONFIG`` task is the chief / worker 0).
-      bandwidth: link bytes/s for TAC's transfer times (default: measured).
-      poll_every: read step statistics from the PSes every N steps (default 50).
+      bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
+      poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
 
     Example:
       ```python
+      import tensorflow as tf
+      from tictac_hooks import TicTacHook
+
+      tf.compat.v1.disable_eager_execution()
+      cluster = {"ps": ["ps0:2222"], "worker": ["worker0:2222"]}
+      server = tf.distribute.Server(cluster, job_name="worker", task_index=0)
+      with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(cluster=cluster)):
+          train_op = make_train_op()  # the model, its loss and optimizer step
       hook = TicTacHook(cluster_spec=cluster)
       with tf.compat.v1.train.MonitoredTrainingSession(
               master=server.target, is_chief=True, hooks=[hook]) as sess:
@@ -67,6 +78,21 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                  cluster_spec: Any = None, workers: Sequence[str] | None = None,
                  is_chief: bool | None = None, bandwidth: float | None = None,
                  poll_every: int = 50, window_bytes: int | None = None) -> None:
+        Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
+                       skip_timeout=skip_timeout, window_bytes=window_bytes)
+        checks.whole_number("poll_every", poll_every, 1)
+        if bandwidth is not None:
+            checks.positive_number("bandwidth", bandwidth, "bytes per second")
+        if is_chief is not None and not isinstance(is_chief, bool):
+            raise ValueError(f"is_chief must be True, False or None, got {is_chief!r}")
+        if workers is not None and (isinstance(workers, str) or not all(
+                isinstance(w, str) and w.partition(":")[0] == "worker"
+                and w.partition(":")[2].isdigit() for w in workers)):
+            raise ValueError(f"workers must be a list of worker tasks like ['worker:0'], "
+                             f"got {workers!r}")
+        if cluster_spec is not None:
+            for i, address in enumerate(ps_addresses_from_cluster_spec(cluster_spec)):
+                checks.address(f"cluster_spec's address of ps:{i}", address)
         self.algorithm = algorithm
         self.window_bytes = window_bytes
         self.profile_steps = profile_steps
