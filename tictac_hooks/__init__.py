@@ -8,8 +8,14 @@ enforcement in :mod:`tictac_hooks.enforce`, the user-facing adapters in
 __version__ = "0.1.0"
 
 
+_SUBPACKAGES = ("graph", "enforce", "callbacks", "bench", "patches")
+
+
 def __getattr__(name: str):
     # Lazy: importing tictac_hooks must not import TensorFlow (graph/ is usable offline).
+    if name in _SUBPACKAGES:  # e.g. tictac_hooks.enforce.TicTacServer after import tictac_hooks
+        import importlib
+        return importlib.import_module(f"tictac_hooks.{name}")
     if name == "TicTac":
         from tictac_hooks.callbacks.keras_callback import TicTac
         return TicTac
