@@ -166,6 +166,69 @@ def test_clear_errors(cluster, tmp_path):
     assert connect(cluster.ps_addresses[0]).backend == cluster.backend
 
 
+# -- installs are all or nothing (issue #14.3) ---------------------------------------------
+
+def _version(cluster):
+    with connect(cluster.ps_addresses[0]) as c:
+        return c.stats(include_active=False).get("schedule_version")
+
+
+def test_an_unreachable_ps_refuses_the_install_before_any_ps_changes(cluster):
+    from tictac_hooks.enforce.client import InstallError
+    from tictac_hooks.enforce.server import free_port
+    connect(cluster.ps_addresses[0]).clear()
+    before = _version(cluster)
+    with pytest.raises(InstallError, match="nothing was installed on any PS"):
+        install_everywhere([cluster.ps_addresses[0], f"127.0.0.1:{free_port()}"],
+                           Schedule.from_order("test", ["w1/read", "w2/read"]), timeout_s=3)
+    assert _version(cluster) == before is None
+
+
+def test_names_that_match_nothing_served_are_refused_before_install(cluster):
+    from tictac_hooks.enforce.client import InstallError
+    train(cluster, False, 2)  # the PS has served transfers now
+    connect(cluster.ps_addresses[0]).clear()
+    before = _version(cluster)
+    with pytest.raises(InstallError, match="another model.*Nothing was installed"):
+        install_everywhere([cluster.ps_addresses[0]],
+                           Schedule.from_order("test", ["no/such/read", "nor/this"]))
+    assert _version(cluster) == before is None
+
+
+def test_a_failure_half_way_rolls_back_and_says_which_ps_holds_what(cluster, monkeypatch):
+    from tictac_hooks.enforce import client as client_mod
+    from tictac_hooks.enforce.client import InstallError, install_plan
+    train(cluster, False, 2)
+    good = cluster.ps_addresses[0]
+    alias = "localhost:" + good.rsplit(":", 1)[1]  # the same PS under a second name
+    real_connect = client_mod.connect
+
+    class FailingInstall:
+        """The real client of the PS, whose install fails (a PS that dies half-way)."""
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def install(self, *a, **k):
+            raise client_mod.GateError(f"cannot reach {alias}: connection reset")
+
+    def connect_(address, *a, **k):
+        c = real_connect(address, *a, **k)
+        return FailingInstall(c) if address == alias else c
+    monkeypatch.setattr(client_mod, "connect", connect_)
+    served = set(real_connect(good).served_names())
+    wanted = sorted(n for n in served if any(x in n for x in LAYERS))[:3]
+    schedule = Schedule.from_order("test", wanted)
+    with pytest.raises(InstallError) as e:
+        install_plan({good: schedule, alias: schedule})
+    message = str(e.value)
+    assert f"install on {alias} failed" in message
+    assert f"rolled back: {good} cleared again" in message
+    assert _version(cluster) is None  # the first PS is back on TensorFlow's order
+
+
 def test_ps_killed_mid_step_gives_the_worker_an_error_and_nothing_hangs(cluster):
     g, init, train_op, loss, _, _ = build(0)
     errors = []
@@ -192,3 +255,4 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "tictac_hooks.enforce.cli", *args],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+

@@ -82,8 +82,13 @@ def test_two_concurrent_first_uses_build_once(tmp_path):
 
 
 def test_a_build_killed_half_way_leaves_nothing_that_blocks_the_next(tmp_path):
+    # A compiler killed mid-build leaves its own temporary files behind (gcc's *.s):
+    # give it a TMPDIR of this test's, removed with it.
+    scratch = tmp_path / "compiler-tmp"
+    scratch.mkdir()
     proc = subprocess.Popen([sys.executable, "-c", _BUILD_CHILD, str(tmp_path)],
-                            stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+                            stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True,
+                            env=dict(os.environ, TMPDIR=str(scratch)))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(tmp_path.glob("*/.lock")):
         time.sleep(0.02)

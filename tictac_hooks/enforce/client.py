@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import grpc
 
@@ -75,10 +75,13 @@ class RendezvousClient(GateClient):
         return bool(self._call("Ping").get("ok"))
 
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
-                window_bytes: int | None = None) -> InstallResult:
+                window_bytes: int | None = None,
+                pace_rate: float | None = None) -> InstallResult:
         """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
         also sets how long the PS waits for a scheduled transfer before skipping it,
-        ``window_bytes`` the gate's look-ahead window (0: strictly one at a time)."""
+        ``window_bytes`` the gate's look-ahead window (0: strictly one at a time).
+        ``pace_rate`` is the native gate's setting: the proxy paces by its window of
+        bytes in flight (each answered by the PS), so it takes and ignores it."""
         body: dict[str, Any] = {"schedule": schedule.to_json()}
         if skip_after_s is not None:
             body["skip_after_s"] = skip_after_s
@@ -136,17 +139,79 @@ def connect(address: str, timeout_s: float = 10.0, backend: str = "auto") -> Gat
 
 def install_everywhere(addresses: Sequence[str], schedule: Schedule,
                        timeout_s: float = 10.0, skip_after_s: float | None = None,
-                       window_bytes: int | None = None) -> dict[str, InstallResult]:
-    """Installs ``schedule`` on every PS (with :meth:`RendezvousClient.install`'s
-    settings). Raises ScheduleError when the PSes have served transfers and none of them
-    matches any scheduled name (a schedule for another model?)."""
-    results = {}
-    for address in addresses:
-        with connect(address, timeout_s) as client:
-            results[address] = client.install(schedule, skip_after_s=skip_after_s,
-                                              window_bytes=window_bytes)
-    check_matches(schedule, results.values())
-    return results
+                       window_bytes: int | None = None,
+                       pace_rate: float | None = None) -> dict[str, InstallResult]:
+    """Installs ``schedule`` on every PS, all or nothing (see :func:`install_plan`)."""
+    return install_plan({a: schedule for a in addresses}, timeout_s, skip_after_s,
+                        window_bytes, pace_rate)
+
+
+class InstallError(ScheduleError):
+    """An install that was refused before any PS changed, or rolled back; the message
+    says which PS holds what."""
+
+
+def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
+                 skip_after_s: float | None = None, window_bytes: int | None = None,
+                 pace_rate: float | None = None) -> dict[str, InstallResult]:
+    """Installs ``plan[address]`` on each PS, everywhere or nowhere.
+
+    First checks everything: every PS answers and enforces, each schedule is within
+    the install size limit, and, where the PSes have served transfers, the schedules
+    name some of them (else: a schedule for another model). Only then installs, PS by
+    PS; if one install fails, the PSes already changed are cleared again (back to
+    TensorFlow's order) and :class:`InstallError` says which PS holds what.
+    """
+    clients: dict[str, GateClient] = {}
+    try:
+        served: dict[str, set[str]] = {}
+        for address, schedule in plan.items():
+            try:
+                client = clients[address] = connect(address, timeout_s)
+                client.ping()
+                served[address] = set(client.served_names())
+            except GateError as e:
+                raise InstallError(f"{e}; nothing was installed on any PS") from None
+            check_install_size(schedule, len(json.dumps(schedule.to_json()).encode()),
+                               address)
+        matched = {a: len(set(s.order) & served[a]) for a, s in plan.items()}
+        if any(served.values()) and not any(matched[a] for a in plan if served[a]):
+            example = next((s.order[0] for s in plan.values() if s.order), "(empty)")
+            raise InstallError(
+                f"none of the scheduled transfers (e.g. {example!r}) is a transfer these "
+                "PSes have served; was the schedule computed for another model? `tictac "
+                "schedule stats` lists the names they serve. Nothing was installed")
+        results: dict[str, InstallResult] = {}
+        for address, schedule in plan.items():
+            try:
+                results[address] = clients[address].install(
+                    schedule, skip_after_s=skip_after_s, window_bytes=window_bytes,
+                    pace_rate=pace_rate)
+            except (GateError, ScheduleError) as e:
+                raise InstallError(f"install on {address} failed: {e}; "
+                                   + _roll_back(clients, results)) from None
+        return results
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _roll_back(clients: Mapping[str, GateClient], done: Mapping[str, InstallResult]) -> str:
+    """Clears the PSes in ``done``; says which PS holds what afterwards."""
+    if not done:
+        return "no PS had been changed"
+    cleared, stuck = [], []
+    for address, result in done.items():
+        try:
+            clients[address].clear()
+            cleared.append(address)
+        except GateError as e:
+            stuck.append(f"{address} still enforces schedule version {result.version} "
+                         f"({e}; run `tictac schedule clear --ps {address}`)")
+    out = []
+    if cleared:
+        out.append(f"rolled back: {', '.join(cleared)} cleared again (TensorFlow's order)")
+    return "; ".join(out + stuck)
 
 
 def check_matches(schedule: Schedule, results: Iterable[InstallResult]) -> None:

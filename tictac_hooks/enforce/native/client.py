@@ -73,12 +73,17 @@ class NativeGateError(GateError):
     """A native PS could not be reached, has no TicTac gate, or refused a request."""
 
 
-def install_argument(schedule: Schedule, skip_after_s: float | None = None) -> str:
+def install_argument(schedule: Schedule, skip_after_s: float | None = None,
+                     pace_rate: float | None = None, window_bytes: int | None = None) -> str:
     if any("\t" in n or "\n" in n for n in schedule.order):
         raise ScheduleError("transfer names must not contain TAB or newline characters")
     head = [f"algorithm\t{schedule.algorithm}"]
     if skip_after_s is not None:
         head.append(f"skip_after_s\t{float(skip_after_s)!r}")
+    if pace_rate is not None:
+        head.append(f"pace_rate\t{float(pace_rate)!r}")
+    if window_bytes is not None:
+        head.append(f"window_bytes\t{int(window_bytes)}")
     lines = head + ["order"] + [f"{n}\t{schedule.priority[n]}" for n in schedule.order]
     return "\n".join(lines) + "\n"
 
@@ -208,16 +213,22 @@ class NativeClient(GateClient):
         return bool(reply.get("ok"))
 
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
-                window_bytes: int | None = None) -> InstallResult:
+                window_bytes: int | None = None,
+                pace_rate: float | None = None) -> InstallResult:
         """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
-        also sets the PS's skip bound. ``window_bytes`` is accepted for the proxy's sake
-        and checked; in-process the next transfer goes the moment its turn comes, so
-        there is no window."""
+        also sets the PS's skip bound. ``pace_rate`` (bytes/s of the PS's link; 0: off)
+        turns on pacing: the next transfer is handed to gRPC only while the bytes handed
+        back and not yet drained at that rate are at most ``window_bytes`` (gate.h,
+        "Pacing"). Without pacing the next transfer goes the moment its turn comes."""
         if window_bytes is not None:
             check_window(window_bytes)
         if skip_after_s is not None:
             checks.seconds("skip_after_s", skip_after_s)
-        argument = install_argument(schedule, skip_after_s)
+        if pace_rate is not None and not (pace_rate >= 0 and pace_rate != float("inf")):
+            raise ValueError(f"pace_rate must be a finite number of bytes/s >= 0 (0: no "
+                             f"pacing), got {pace_rate!r}")
+        argument = install_argument(schedule, skip_after_s, pace_rate,
+                                    window_bytes if pace_rate else None)
         check_install_size(schedule, len(argument.encode()), self.address)
         r = self.call("install", argument)
         return InstallResult(r["version"], r["transfers"], r["expected"],

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <sstream>
 
 namespace tictac {
@@ -64,11 +65,35 @@ bool ParseDouble(const std::string& s, double* out) {
 Gate* ServerGate() { return g_server_gate.load(); }
 void SetServerGate(Gate* gate) { g_server_gate.store(gate); }
 
+namespace {
+std::mutex g_bound_mu;
+std::string g_bound_host;  // guarded by g_bound_mu
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::string BoundHost() {
+  std::lock_guard<std::mutex> lock(g_bound_mu);
+  return g_bound_host;
+}
+void SetBoundHost(const std::string& host) {
+  std::lock_guard<std::mutex> lock(g_bound_mu);
+  g_bound_host = host;
+}
+
 bool Control(Gate* gate, const std::string& verb, const std::string& arg,
              std::string* reply) {
   if (verb == "ping") {
     *reply = std::string("{\"ok\":true,\"backend\":\"native\",\"enforcing\":") +
-             (gate ? "true" : "false") + ",\"pid\":" + std::to_string(getpid()) + "}";
+             (gate ? "true" : "false") + ",\"pid\":" + std::to_string(getpid()) +
+             ",\"listening\":" + JsonString(BoundHost()) + "}";
     return true;
   }
   if (gate == nullptr) {
@@ -82,8 +107,9 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
   if (verb == "install" || verb == "configure") {
     if (!ParseLines(arg, &head, &order, reply)) return false;
     std::string algorithm = "file";
-    double skip = -1;
+    double skip = -1, pace_rate = -1;
     int presume = -1;
+    int64_t pace_window = -1;
     for (const auto& [k, v] : head) {
       if (k == "algorithm") {
         algorithm = v;
@@ -99,12 +125,26 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
           return false;
         }
         presume = static_cast<int>(d);
-      } else if (k != "window_bytes") {  // the proxy's setting: no meaning in-process
+      } else if (k == "pace_rate") {
+        if (!ParseDouble(v, &pace_rate) || pace_rate < 0) {
+          *reply = "pace_rate must be a number of bytes per second >= 0, got '" + v + "'";
+          return false;
+        }
+      } else if (k == "window_bytes") {  // in-process: the pacing window
+        double d;
+        if (!ParseDouble(v, &d) || d < 0 || d != std::floor(d)) {
+          *reply = "window_bytes must be a whole number of bytes >= 0, got '" + v + "'";
+          return false;
+        }
+        pace_window = static_cast<int64_t>(d);
+      } else {
         *reply = "unknown control setting '" + k + "'";
         return false;
       }
     }
-    if ((skip > 0 || presume >= 0) && !gate->Configure(skip, presume, reply)) return false;
+    if ((skip > 0 || presume >= 0 || pace_rate >= 0 || pace_window >= 0) &&
+        !gate->Configure(skip, presume, reply, pace_rate, pace_window))
+      return false;
     if (verb == "configure") {
       *reply = gate->SummaryJson();
       return true;

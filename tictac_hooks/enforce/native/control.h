@@ -21,6 +21,11 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
 Gate* ServerGate();
 void SetServerGate(Gate* gate);
 
+// Where this process's grpc+tictac server listens: a host, "*" (every interface), or
+// "" before the server started. Reported by the ping verb.
+std::string BoundHost();
+void SetBoundHost(const std::string& host);
+
 }  // namespace tictac
 
 #endif  // TICTAC_ENFORCE_NATIVE_CONTROL_H_

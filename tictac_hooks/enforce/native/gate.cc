@@ -295,15 +295,51 @@ int64_t Gate::Clear() {
   return next_version_++;
 }
 
-bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string* error) {
+bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string* error,
+                     double pace_rate, int64_t pace_window) {
   if (skip_after_s > 0 && !std::isfinite(skip_after_s)) {
     *error = "skip_after_s must be a finite number of seconds > 0";
+    return false;
+  }
+  if (!std::isfinite(pace_rate)) {
+    *error = "pace_rate must be a finite number of bytes per second >= 0 (0: no pacing)";
     return false;
   }
   std::lock_guard<std::mutex> l(mu_);
   if (skip_after_s > 0) opt_.skip_after_s = skip_after_s;
   if (presume_absent_after >= 0) opt_.presume_absent_after = presume_absent_after;
+  if (pace_rate >= 0) opt_.pace_rate = pace_rate;
+  if (pace_window >= 0) opt_.pace_window = pace_window;
   return true;
+}
+
+// -- pacing ----------------------------------------------------------------------------
+
+double Gate::Backlog(double steady_now) {
+  if (backlog_time_ > 0 && opt_.pace_rate > 0)
+    backlog_bytes_ = std::max(0.0, backlog_bytes_ - opt_.pace_rate * (steady_now - backlog_time_));
+  backlog_time_ = steady_now;
+  return backlog_bytes_;
+}
+
+bool Gate::Paced() {
+  if (opt_.pace_rate <= 0) return false;
+  const double now = SteadyNow();
+  const double over = Backlog(now) - static_cast<double>(opt_.pace_window);
+  if (over <= 0) return false;
+  const double when = now + over / opt_.pace_rate;
+  if (pace_deadline_ == 0 || when < pace_deadline_) {
+    pace_deadline_ = when;
+    cv_.notify_all();
+  }
+  return true;
+}
+
+void Gate::OnPace(Runs* runs) {
+  pace_deadline_ = 0;
+  for (auto& [step, chans] : steps_)
+    for (auto& [dest, ch] : chans)
+      if (!ch->waiters.empty()) Pump(ch.get(), runs);
 }
 
 // -- the transfer path --------------------------------------------------------------
@@ -378,7 +414,8 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
       t->hand_back = std::move(hand_back);
       if (t->state == State::kListed && ch->done.count(t->name))
         t->state = State::kLate;  // skipped while its response was being produced
-      if (t->state != State::kListed || !error.empty() || t->priority <= ch->counter) {
+      if (t->state != State::kListed || !error.empty() ||
+          (t->priority <= ch->counter && !Paced())) {
         HandBackNow(ch, t, &runs);
       } else {
         t->seq = next_seq_++;
@@ -399,7 +436,9 @@ std::string Gate::SummaryLocked() {
     << (installed_ ? std::to_string(installed_->version) : "null")
     << ",\"algorithm\":" << (installed_ ? JsonStr(installed_->algorithm) : "null")
     << ",\"expected\":" << (installed_ ? installed_->size() : 0)
-    << ",\"window_bytes\":0,\"skip_after_s\":" << JsonNum(opt_.skip_after_s)
+    << ",\"window_bytes\":" << (opt_.pace_rate > 0 ? opt_.pace_window : 0)
+    << ",\"pace_rate\":" << JsonNum(opt_.pace_rate)
+    << ",\"skip_after_s\":" << JsonNum(opt_.skip_after_s)
     << ",\"active_steps\":" << steps_.size() << ",\"history\":" << history_.size()
     << ",\"served_names\":" << served_.size() << ",\"totals\":{";
   bool first = true;
@@ -493,6 +532,7 @@ std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) 
 
 void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
   t->t_handback = Now();
+  if (opt_.pace_rate > 0) backlog_bytes_ = Backlog(SteadyNow()) + t->nbytes;
   if (t->state == State::kListed) {
     t->rseq = next_seq_++;
     if (!ch->done.count(t->name)) {
@@ -518,7 +558,8 @@ void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
 void Gate::Pump(Channel* ch, Runs* runs) {
   const int before = ch->counter;
   while (true) {
-    while (!ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter) {
+    while (!ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter &&
+           !Paced()) {
       std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
       TicketPtr t = ch->waiters.back();
       ch->waiters.pop_back();
@@ -548,6 +589,10 @@ void Gate::Arm(Channel* ch) {
 void Gate::OnStall(Channel* ch, Runs* runs) {
   ch->deadline = 0;
   if (ch->waiters.empty()) return;
+  if (ch->waiters.front()->priority <= ch->counter) {
+    Arm(ch);  // its turn came: it waits for the link (pacing), not for a transfer
+    return;
+  }
   const std::string* blocker = ch->NextMissing();
   std::string name = blocker ? *blocker : ch->waiters.front()->name;
   Skip(ch, name, ch->arrived.count(name) ? "slow" : "timeout");
@@ -576,7 +621,7 @@ void Gate::Finish(Channel* ch, Runs* runs) {
 void Gate::TimerLoop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stopping_) {
-    double next = 0;
+    double next = pace_deadline_;
     for (auto& [step, chans] : steps_)
       for (auto& [dest, ch] : chans)
         if (ch->deadline != 0 && (next == 0 || ch->deadline < next)) next = ch->deadline;
@@ -590,6 +635,7 @@ void Gate::TimerLoop() {
       continue;
     }
     Runs runs;
+    if (pace_deadline_ != 0 && pace_deadline_ <= now) OnPace(&runs);
     for (auto& [step, chans] : steps_)
       for (auto& [dest, ch] : chans)
         if (ch->deadline != 0 && ch->deadline <= now) OnStall(ch.get(), &runs);

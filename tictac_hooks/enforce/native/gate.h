@@ -8,6 +8,12 @@
 // its (step, destination) have been handed back or skipped; the counter advances at the
 // hand-back. No round trip separates the hand-back from the counter here, so there is
 // no look-ahead window: the next transfer is handed to gRPC the moment its turn comes.
+// Pacing (when pace_rate > 0): gRPC interleaves the responses it holds on one HTTP/2
+// connection, so responses handed to it together share the link and finish together,
+// whatever order they were handed in. The gate therefore keeps a virtual queue of the
+// bytes it handed back, drained at pace_rate (the PS's link rate), and hands the next
+// listed transfer whose turn came only while that backlog is at most pace_window
+// bytes: enough to keep the link busy, little enough that the wire keeps the order.
 // Never waits forever: when the counter stands still for skip_after_s while a later
 // transfer waits, the transfer it waits for is skipped ("slow" if its request came,
 // "timeout" if not); one skipped for not coming in presume_absent_after consecutive
@@ -38,11 +44,13 @@ enum class State { kPass, kListed, kLate, kUnexpected, kDuplicate };
 const char* StateName(State s);
 
 struct Options {
-  double skip_after_s = 0.5;
+  double skip_after_s = 2.0;  // DEFAULT_SKIP_AFTER_S (enforce/gate.py); Python always sets it
   int presume_absent_after = 2;
   int max_active_steps = 64;
   int history = 256;
   size_t max_served_names = 100000;
+  double pace_rate = 0;             // bytes/s of the PS's link; 0: no pacing
+  int64_t pace_window = 256 << 10;  // backlog (bytes) up to which the next one goes
 };
 
 // One schedule entry: transfer name and its global priority.
@@ -92,7 +100,9 @@ class Gate {
   int64_t Clear();
   // Sets the skip bound (if > 0) and the presume-absent count (if >= 0); false with
   // *error for a bound that is not finite.
-  bool Configure(double skip_after_s, int presume_absent_after, std::string* error);
+  // pace_rate >= 0 (bytes/s, 0: off) and pace_window >= 0 (bytes) when not negative.
+  bool Configure(double skip_after_s, int presume_absent_after, std::string* error,
+                 double pace_rate = -1, int64_t pace_window = -1);
 
   // The transfer path. Arrive when the request is parsed; Ready when the response is
   // produced, with the closure that hands it to gRPC. The closure runs exactly once,
@@ -115,6 +125,9 @@ class Gate {
   void Pump(Channel* ch, Runs* runs);
   void Arm(Channel* ch);
   void OnStall(Channel* ch, Runs* runs);
+  double Backlog(double steady_now);  // drains the virtual queue to now; its bytes
+  bool Paced();                       // the backlog holds the next transfer back
+  void OnPace(Runs* runs);
   void Finish(Channel* ch, Runs* runs);
   std::string SummaryLocked();
   void TimerLoop();
@@ -139,6 +152,8 @@ class Gate {
   std::map<std::pair<int64_t, std::string>, std::shared_ptr<Installed>> views_;
   std::unordered_map<std::string, int> absent_streak_;
   std::map<std::string, int64_t> totals_;
+  double backlog_bytes_ = 0, backlog_time_ = 0;  // the virtual queue (steady clock)
+  double pace_deadline_ = 0;                     // steady; 0: nothing held by pacing
 };
 
 }  // namespace tictac

@@ -13,10 +13,17 @@
 //   coordinator keep "grpc" (the wire is the same).
 // - TictacControl(verb, arg) runs a control verb (control.h) on the gate of the process
 //   it runs in: place it on the PS device.
+// - The listening address: GrpcServer::Init listens on "0.0.0.0:<port>", every
+//   interface. TicTacServer listens on its own task's host from the cluster spec
+//   instead (or $TICTAC_BIND_HOST), so a PS on 127.0.0.1 is not reachable from
+//   another machine: it rewrites the builder's port entry in MaybeMutateBuilder.
 #include <grpc/impl/grpc_types.h>
+#include <grpcpp/server_builder.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "control.h"
 #include "gate.h"
@@ -67,9 +74,41 @@ class TicTacWorker : public GrpcWorker {
   tictac::Gate* gate_;
 };
 
+// ServerBuilder keeps its listening ports in a private vector and has no accessor.
+// An explicit template instantiation is the one place C++ lets code name a private
+// member (access is not checked in its arguments); the friend it defines reads it.
+// The layout is the one in the grpcpp headers TensorFlow ships, so it always matches.
+template <auto Member>
+struct BuilderPortsAccess {
+  friend auto& BuilderPorts(::grpc::ServerBuilder& builder) { return builder.*Member; }
+};
+auto& BuilderPorts(::grpc::ServerBuilder& builder);
+template struct BuilderPortsAccess<&::grpc::ServerBuilder::ports_>;
+
+// The host part of "host:port" / "[v6]:port".
+std::string HostOf(const std::string& address) {
+  size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
 class TicTacServer : public GrpcServer {
  public:
-  TicTacServer(const ServerDef& server_def, Env* env) : GrpcServer(server_def, env) {}
+  TicTacServer(const ServerDef& server_def, Env* env)
+      : GrpcServer(server_def, env), bind_host_(BindHost(server_def)) {}
+
+  // Where this PS listens: $TICTAC_BIND_HOST if set, else its address's host in the
+  // cluster spec ("" when the spec does not name it: TensorFlow's default then).
+  static std::string BindHost(const ServerDef& def) {
+    if (const char* env = std::getenv("TICTAC_BIND_HOST"); env != nullptr && *env) {
+      return env;
+    }
+    for (const auto& job : def.cluster().job()) {
+      if (job.name() != def.job_name()) continue;
+      auto it = job.tasks().find(def.task_index());
+      if (it != job.tasks().end()) return HostOf(it->second);
+    }
+    return "";
+  }
 
   // (The GrpcServer constructor that takes a DeviceMgr is not exported; Init takes it.)
   absl::Status Init(DeviceMgr* local_device_mgr) {
@@ -81,6 +120,28 @@ class TicTacServer : public GrpcServer {
     };
     return GrpcServer::Init(opts);
   }
+
+ protected:
+  void MaybeMutateBuilder(::grpc::ServerBuilder* builder, int requested_port) override {
+    if (bind_host_.empty()) return;
+    const std::string wildcard = "0.0.0.0:" + std::to_string(requested_port);
+    int rewritten = 0;
+    for (auto& port : BuilderPorts(*builder)) {
+      if (port.addr == wildcard) {
+        port.addr = bind_host_ + ":" + std::to_string(requested_port);
+        ++rewritten;
+      }
+    }
+    if (rewritten == 0) {
+      LOG(ERROR) << "tictac: GrpcServer::Init no longer adds " << wildcard
+                 << " before MaybeMutateBuilder; this PS listens where TensorFlow chose, "
+                    "not only on " << bind_host_;
+    }
+    tictac::SetBoundHost(rewritten ? bind_host_ : "*");
+  }
+
+ private:
+  std::string bind_host_;
 };
 
 class TicTacServerFactory : public ServerFactory {

@@ -1,0 +1,109 @@
+"""The native gate's pacing (gate.h, "Pacing"): with a link rate set, the next listed
+transfer whose turn came is handed to gRPC only once the bytes already handed back have
+drained to the window; the skip timer never skips a transfer that waits only for the
+link; without a rate nothing is held for the link. Drives the C++ gate through its C API
+(no TensorFlow)."""
+
+import threading
+import time
+
+import pytest
+
+from tictac_hooks.enforce.native.build import NativeBuildError, build
+from tictac_hooks.enforce.native.client import install_argument
+from tictac_hooks.graph.schedule import Schedule
+
+SRC = "/job:ps/replica:0/task:0/device:CPU:0"
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+
+
+def key(name, edge=1):
+    return f"{SRC};1;{W0};edge_{edge}_{name};0:0"
+
+
+@pytest.fixture(scope="module")
+def lib_path():
+    try:
+        return build(with_tensorflow=False, quiet=True).path
+    except NativeBuildError as e:
+        pytest.skip(f"no native gate here: {e}")
+
+
+class Driver:
+    def __init__(self, path, skip_after_s=2.0):
+        from tictac_hooks.enforce.native.cgate import CGate
+        self.gate = CGate.alone(path, skip_after_s=skip_after_s)
+        self.times = {}
+        self.event = threading.Event()
+
+    def install(self, names, pace_rate=None, window=None):
+        return self.gate.control("install", install_argument(
+            Schedule.from_order("test", names), pace_rate=pace_rate, window_bytes=window))
+
+    def send(self, step, name, nbytes):
+        ticket = self.gate.arrive(step, key(name))
+
+        def handed():
+            self.times[name] = time.monotonic()
+            self.event.set()
+        self.gate.ready(ticket, nbytes, handed)
+
+    def wait_for(self, names, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not all(n in self.times for n in names):
+            time.sleep(0.005)
+        return all(n in self.times for n in names)
+
+
+def test_the_next_transfer_waits_until_the_backlog_drains_to_the_window(lib_path):
+    d = Driver(lib_path)
+    rate, window, big = 1e6, 1000, 100_000  # 100 kB at 1 MB/s: 0.1 s on the wire
+    summary = d.install(["a", "b", "c"], pace_rate=rate, window=window)
+    assert summary["expected"] == 3
+    assert d.gate.control("configure", "")["pace_rate"] == rate
+    t0 = time.monotonic()
+    for name in ("a", "b", "c"):
+        d.send(1, name, big)
+    assert d.wait_for(["a", "b", "c"])
+    gap_ab, gap_bc = d.times["b"] - d.times["a"], d.times["c"] - d.times["b"]
+    # b goes once a's 100 kB have drained to the 1 kB window: 99 ms at 1 MB/s.
+    assert d.times["a"] - t0 < 0.05
+    assert 0.08 <= gap_ab <= 0.5 and 0.08 <= gap_bc <= 0.5, (gap_ab, gap_bc)
+    (rec,) = [r for r in d.gate.control("stats", "active")["steps"]]
+    assert rec["order"] == ["a", "b", "c"] and rec["skips"] == 0
+    d.gate.close()
+
+
+def test_a_transfer_held_only_for_the_link_is_never_skipped(lib_path):
+    # Skip bound 50 ms, but b waits about 0.3 s for the link: its turn came, so the
+    # timer must not skip it (nor c behind it).
+    d = Driver(lib_path, skip_after_s=0.05)
+    d.install(["a", "b", "c"], pace_rate=1e6, window=0)
+    for name, nbytes in (("a", 300_000), ("b", 10), ("c", 10)):
+        d.send(2, name, nbytes)
+    assert d.wait_for(["a", "b", "c"])
+    assert d.times["b"] - d.times["a"] >= 0.25
+    (rec,) = d.gate.control("stats", "active")["steps"]
+    assert rec["skips"] == 0 and rec["order"] == ["a", "b", "c"], rec
+    d.gate.close()
+
+
+def test_without_a_rate_nothing_waits_for_the_link(lib_path):
+    d = Driver(lib_path)
+    d.install(["a", "b", "c"])
+    assert d.gate.control("configure", "")["pace_rate"] == 0
+    for name in ("a", "b", "c"):
+        d.send(3, name, 10_000_000)
+    assert d.wait_for(["a", "b", "c"])
+    assert d.times["c"] - d.times["a"] < 0.05
+    d.gate.close()
+
+
+def test_bad_pacing_settings_are_refused_with_the_setting_named(lib_path):
+    from tictac_hooks.graph.schedule import ScheduleError
+    d = Driver(lib_path)
+    for line, word in (("pace_rate\t-1", "pace_rate"), ("pace_rate\tnan", "pace_rate"),
+                       ("window_bytes\t-5", "window_bytes")):
+        with pytest.raises(ScheduleError, match=word):
+            d.gate.control("configure", line + "\norder\n")
+    d.gate.close()
