@@ -23,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "skip_timeout": DEFAULT_SKIP_AFTER_S,  # the gate's skip bound: one default everywhere
     "stats_every": 1,
     "window_bytes": 1 << 20,
+    "check_rounds": 3,
+    "check_block_steps": 20,
 }
 
 flags.DEFINE_enum(
@@ -52,6 +54,15 @@ flags.DEFINE_integer(
     "before the one ahead of it is answered while at most this many bytes are in flight, "
     "so runs of small transfers do not each wait one PS round trip (default 1048576; 0: "
     "strictly one at a time).", lower_bound=0)
+flags.DEFINE_integer(
+    "tictac_check_rounds", DEFAULTS["check_rounds"],
+    "The order check after the switch: this many pairs of blocks, TicTac's order then "
+    "TensorFlow's, compared step time against step time; TicTac's order is kept only "
+    "if it is not slower (default 3; 0: no check, keep TicTac's order).", lower_bound=0)
+flags.DEFINE_integer(
+    "tictac_check_block_steps", DEFAULTS["check_block_steps"],
+    "Steps per block of the order check, counted as the training loop dispatches them "
+    "(over all workers under ParameterServerStrategy; default 20).", lower_bound=2)
 flags.DEFINE_integer(
     "tictac_stats_every", DEFAULTS["stats_every"],
     "Read step statistics from the parameter servers every N epochs (default 1).",

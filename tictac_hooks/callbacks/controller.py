@@ -12,9 +12,11 @@ import dataclasses
 import json
 import logging
 import os
-from typing import Any, Mapping, Sequence
+import sys
+from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks import flags as tictac_flags
+from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.steplog import StepLog
 from tictac_hooks.callbacks.tensorboard import StepRecord, StepTimeWriter
 from tictac_hooks.graph.simulate import measured_efficiency
@@ -23,6 +25,9 @@ from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 log = logging.getLogger("tictac")
+
+
+_KEEP_CHECK_RECORDS = 50_000
 
 
 class TicTacSetupError(RuntimeError):
@@ -117,8 +122,27 @@ class Controller:
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
-                 install: bool = True, destination_jobs: Sequence[str] = ("worker",)) -> None:
+                 install: bool = True, destination_jobs: Sequence[str] = ("worker",),
+                 check: "order_check.CheckPlan | None" = None,
+                 join: "Callable[[], None] | None" = None, verbose: bool = True) -> None:
         self.ps_addresses = list(ps_addresses)
+        # The order check after the switch (order_check.py); 0 rounds: off. Default:
+        # from the --tictac_check_* flags when parsed, else the built-in defaults.
+        if check is None:
+            check = order_check.CheckPlan(
+                int(tictac_flags.setting("check_rounds", None)),
+                int(tictac_flags.setting("check_block_steps", None)))
+        self.check = check if check.rounds and install else None
+        self.check_result: dict[str, Any] | None = None
+        self._join = join  # waits until dispatched steps ran (PSS: coordinator.join)
+        self._dispatched_since_switch = -1  # -1: not switched yet
+        self._after_switch: list[StepRecord] = []  # records the check reads (bounded)
+        self._want_installed = True   # what the check asks for
+        self._suspended = False       # validation inside fit: TF's own order
+        self._installed = False
+        self.verbose = verbose
+        # Bytes/s of a PS's link for the native gate's pacing (gate.h); None: off.
+        self.pace_rate: float | None = None
         self.destination_jobs = tuple(destination_jobs)
         self.settings = settings
         self.installs = install
@@ -146,6 +170,9 @@ class Controller:
                     "launch PS tasks with `tictac ps --cluster-spec ... --task-index N` "
                     "(or tictac_hooks.enforce.server.TicTacServer in place of "
                     "tf.distribute.Server), or use LocalCluster for a local run") from None
+        if self.installs:
+            self.say(f"profiling {self.settings.profile_steps} steps in TensorFlow's own "
+                     f"transfer order ({len(self.ps_addresses)} PS reached)")
 
     # --- statistics ---------------------------------------------------------------------
     def poll(self, everything: bool = False) -> list[StepRecord]:
@@ -153,10 +180,19 @@ class Controller:
         their TensorBoard summaries and returns them (each step once)."""
         from tictac_hooks.enforce.client import stats_everywhere
         self.steplog.add(stats_everywhere(self.ps_addresses)["steps"])
-        records = self.steplog.finalize(self._pause_overlaps, self._efficiency, everything)
+        records = self.steplog.finalize(self._paused_within, self._efficiency, everything)
+        if self.check is not None and self.check_result is None:
+            self._after_switch.extend(r for r in records if r.phase != 0)
+            del self._after_switch[:-_KEEP_CHECK_RECORDS]
         if self._writer:
             self._writer.write(records)
         return records
+
+    def say(self, message: str) -> None:
+        """A progress line: printed when ``verbose`` (the default), always logged."""
+        log.info("%s", message)
+        if self.verbose:
+            print(f"[tictac] {message}", file=sys.stdout, flush=True)
 
     def _efficiency(self, step: Any, step_time: float | None) -> float | None:
         """Measured E of one step: (U - m) / (U - L) with m the step time, comm the
@@ -169,8 +205,9 @@ class Controller:
         lower = max(max(per_ps), self.compute_seconds)
         return measured_efficiency(step_time, upper, lower)
 
-    def _pause_overlaps(self, start: float, end: float) -> bool:
-        return any(p0 < end and start < p1 for p0, p1 in self._pauses)
+    def _paused_within(self, start: float, end: float) -> float:
+        """Seconds of TicTac's own pauses inside [start, end]."""
+        return sum(max(0.0, min(end, p1) - max(start, p0)) for p0, p1 in self._pauses)
 
     def served_transfers(self) -> dict[str, set[str]]:
         """worker -> names of the transfers the PSes served it during profiling."""
@@ -207,8 +244,11 @@ class Controller:
             graphs = {"worker": graphs}
         served = set().union(*self.served_transfers().values())
         self._link_rate = bandwidth or self.link_rate()
+        if bandwidth:
+            self.pace_rate = float(bandwidth)
         algorithm = self.settings.algorithm
         parts = []
+        t0 = _time.perf_counter()
         for i, graph in enumerate(graphs.values()):
             graph = self._received_only(graph, served, set(late or ()))
             if compute_times is not None and i == 0:
@@ -219,18 +259,80 @@ class Controller:
             if algorithm != "none":
                 parts.append((graph, compute_order(graph, algorithm)))
         if algorithm == "none":
-            log.info("TicTac: algorithm 'none': profiling only, no schedule installed")
+            self.say("algorithm 'none': profiling only, no schedule installed")
             return None
         self._parts = parts
         self.schedule = parts[0][1] if len(parts) == 1 else \
             Schedule.merged([sched for _, sched in parts])
+        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers computed in "
+                 f"{(_time.perf_counter() - t0) * 1e3:.0f} ms "
+                 f"({len(parts)} worker DAG{'s' if len(parts) > 1 else ''})")
         if self.installs:
             self._install(parts)
+            self._installed = True
+        self.steplog.switched_at = _time.time()
+        self._dispatched_since_switch = 0
         self.mark_pause(pause_start, _time.time())
         if self._writer:
-            self._writer.text("tictac/switch", f"{algorithm} schedule of {len(self.schedule)} "
-                              f"transfers installed on {len(self.ps_addresses)} PS")
+            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses))
+        if self.check is not None:
+            self.say(f"checking it against TensorFlow's order: {self.check.rounds} pairs of "
+                     f"{self.check.block_steps}-step blocks")
         return self.schedule
+
+    # --- the order check ---------------------------------------------------------------
+    def step_dispatched(self) -> None:
+        """The frontends call this once per step they dispatch after the switch: runs
+        the order check's blocks (order_check.py), then applies its decision."""
+        if self._dispatched_since_switch < 0 or self.check is None \
+                or self.check_result is not None:
+            return
+        n = self._dispatched_since_switch
+        self._dispatched_since_switch += 1
+        if n < self.check.total_steps:
+            self._want_installed = self.check.scheduled_block(n)
+            self._apply()
+        else:
+            self._finish_check()
+
+    def _finish_check(self) -> None:
+        import time as _time
+        pause_start = _time.time()
+        if self._join is not None:
+            self._join()  # the blocks' steps ran, so the PSes recorded them
+        self.poll()
+        self.mark_pause(pause_start, _time.time())
+        result = order_check.decide(self._after_switch, self.check, self.settings.algorithm)
+        self.check_result = result
+        self._after_switch = []
+        keep = result["decision"] != order_check.DEFAULT
+        self._want_installed = keep
+        self._apply()
+        if result["decision"] is None:
+            self.say(f"order check inconclusive ({result['reason']}); "
+                     f"{self.settings.algorithm.upper()} order kept")
+        else:
+            gain = (result["ratio_median"] - 1) * 100
+            self.say(f"order check: {self.settings.algorithm.upper()} order "
+                     f"{gain:+.1f} % throughput vs TensorFlow's (median of {result['pairs']} "
+                     f"block pairs, range {(result['ratio_min'] - 1) * 100:+.1f} to "
+                     f"{(result['ratio_max'] - 1) * 100:+.1f} %): "
+                     + ("kept" if keep else "cleared, TensorFlow's order kept"))
+        if self._writer:
+            self._writer.choice(result)
+
+    def _apply(self) -> None:
+        """Installs or clears the schedule on every PS so that the PSes run what the
+        check asks for, unless suspended (validation)."""
+        want = self._want_installed and not self._suspended
+        if not self.installs or self.schedule is None or want == self._installed:
+            return
+        if want:
+            self._install(self._parts, quiet=True)
+        else:
+            from tictac_hooks.enforce.client import clear_everywhere
+            clear_everywhere(self.ps_addresses)
+        self._installed = want
 
     @staticmethod
     def _received_only(graph: Graph, served: set[str], late: set[str]) -> Graph:
@@ -249,14 +351,13 @@ class Controller:
     def suspend(self) -> None:
         """Clears the schedule on every PS (e.g. while fit runs validation, whose
         transfers the training schedule does not describe)."""
-        if self.installs and self.schedule is not None:
-            from tictac_hooks.enforce.client import clear_everywhere
-            clear_everywhere(self.ps_addresses)
+        self._suspended = True
+        self._apply()
 
     def resume(self) -> None:
-        """Re-installs the schedule after :meth:`suspend`."""
-        if self.installs and self.schedule is not None:
-            self._install(self._parts)
+        """Re-installs the schedule after :meth:`suspend` (if the check wants it)."""
+        self._suspended = False
+        self._apply()
 
     def mark_pause(self, start: float, end: float) -> None:
         """Steps whose interval overlaps [start, end] (time TicTac itself held the
@@ -278,36 +379,45 @@ class Controller:
         times.update({op.name: op.bytes / self._link_rate for op in graph.recvs})
         return graph.with_times(times)
 
-    def _install(self, parts: Sequence[tuple[Graph, Schedule]]) -> None:
+    def _install(self, parts: Sequence[tuple[Graph, Schedule]], quiet: bool = False) -> None:
         """Each PS gets, per worker, that worker's order restricted to its transfers."""
-        from tictac_hooks.enforce.client import connect
+        from tictac_hooks.enforce.client import install_plan
         per_channel: dict[str, list[Schedule]] = {}
         for graph, schedule in parts:
             for channel, sub in schedule.per_channel(graph).items():
                 per_channel.setdefault(channel, []).append(sub)
+        plan: dict[str, Schedule] = {}
         for channel, subs in sorted(per_channel.items()):
             index = _channel_index(channel)
             if index >= len(self.ps_addresses):
                 raise ScheduleError(f"graph names channel {channel!r} but the cluster has "
                                     f"{len(self.ps_addresses)} PS tasks")
-            address = self.ps_addresses[index]
-            part = subs[0] if len(subs) == 1 else Schedule.merged(subs)
-            with connect(address) as client:
-                result = client.install(part, skip_after_s=self.settings.skip_timeout,
-                                        window_bytes=self.settings.window_bytes)
+            plan[self.ps_addresses[index]] = subs[0] if len(subs) == 1 else \
+                Schedule.merged(subs)
+        # All or nothing: checked on every PS first, rolled back on a failure half-way.
+        results = install_plan(plan, skip_after_s=self.settings.skip_timeout,
+                               window_bytes=self.settings.window_bytes,
+                               pace_rate=self.pace_rate)
+        for address, result in results.items():
             if result.unmatched:
                 log.warning("TicTac: %d scheduled transfers were not served by %s (e.g. %r); "
                             "that PS enforces the other %d", len(result.unmatched), address,
                             result.unmatched[0], result.expected)
-        log.info("TicTac: %s schedule of %d transfers installed on %d PS",
-                 self.settings.algorithm, sum(len(s) for _, s in parts), len(per_channel))
+        if not quiet:
+            self.say(f"installed on {len(per_channel)} of {len(self.ps_addresses)} PS "
+                     f"(every PS the order has transfers on); every later step follows it")
 
     # --- end ------------------------------------------------------------------------------
     def finish(self) -> dict[str, Any]:
         """Final poll; writes the transfer timeline next to the event files; returns a
         summary (median step time before and after the switch, per worker)."""
+        if self.check is not None and self.check_result is None \
+                and self._dispatched_since_switch > 0:
+            self._finish_check()  # training ended inside the check: decide on what ran
         self.poll(everything=True)
         summary = self.steplog.summary()
+        if self.check_result is not None:
+            summary["check"] = {k: v for k, v in self.check_result.items() if k != "blocks"}
         if self.settings.log_dir:
             from tictac_hooks.enforce.client import stats_everywhere
             from tictac_hooks.enforce.trace import write_chrome_trace

@@ -92,7 +92,8 @@ class TicTacLoop:
         """Connects to every PS's rendezvous (clear error if one has none)."""
         from tictac_hooks.patches import keras_internals
         spec = keras_internals.strategy_cluster_spec(self.coordinator.strategy)
-        self.controller = Controller(ps_addresses_from_cluster_spec(spec), self.settings)
+        self.controller = Controller(ps_addresses_from_cluster_spec(spec), self.settings,
+                                     join=self.coordinator.join)
         self.controller.connect()
 
     def step(self) -> None:
@@ -102,8 +103,11 @@ class TicTacLoop:
         self.steps += 1
         if self.steps == self.settings.profile_steps:
             self._switch()
-        elif self.steps % 50 == 0:
-            self.controller.poll()
+        else:
+            if self.steps > self.settings.profile_steps:
+                self.controller.step_dispatched()
+            if self.steps % 50 == 0:
+                self.controller.poll()
 
     def finish(self) -> dict[str, Any]:
         """Waits for scheduled steps, reads the final statistics, writes the logs."""

@@ -96,7 +96,6 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         if not isinstance(measure_compute, bool):
             raise ValueError(f"measure_compute must be True or False, got {measure_compute!r}")
         super().__init__()
-
         self.window_bytes = window_bytes
         self.algorithm = algorithm
         self.profile_steps = profile_steps
@@ -168,7 +167,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers).
         jobs = ("chief",) if mode == "predict" else ("worker",)
-        controller = Controller(_ps_addresses(self.model), settings, destination_jobs=jobs)
+        controller = Controller(_ps_addresses(self.model), settings, destination_jobs=jobs,
+                                join=lambda: _join(self.model))
         controller.connect()
         self.controller = controller
         self._run = _Run(self, mode, controller)
@@ -200,6 +200,8 @@ class _Run:
         self.steps += 1
         if self.steps == self.controller.settings.profile_steps:
             self.switch()
+        elif self.steps > self.controller.settings.profile_steps:
+            self.controller.step_dispatched()
 
     def switch(self) -> None:
         from tictac_hooks.patches import keras_internals

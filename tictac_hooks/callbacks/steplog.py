@@ -14,7 +14,8 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Iterable
 
-from tictac_hooks.callbacks.tensorboard import PROFILING, SCHEDULED, StepRecord
+from tictac_hooks.callbacks.tensorboard import (CHECK, PHASE_NAMES, PROFILING, SCHEDULED,
+                                               StepRecord)
 
 _KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
@@ -72,6 +73,12 @@ class StepLog:
         self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
         self.order = collections.Counter()  # scheduled / followed / skips / violations
+        # Steps counted but left out of the medians, per worker and reason.
+        self.excluded: dict[str, collections.Counter] = collections.defaultdict(
+            collections.Counter)
+        # Wall time the schedule was first installed: an unscheduled step that starts
+        # after it ran in TensorFlow's order on purpose (a check block), not profiling.
+        self.switched_at: float | None = None
 
     def is_destination(self, worker: str) -> bool:
         return any(f"/job:{job}/" in worker for job in self.destination_jobs)
@@ -91,13 +98,14 @@ class StepLog:
                     rate = rec["bytes"] / (rec["end"] - rec["start"])
                     self.best_link_rate = max(self.best_link_rate or 0.0, rate)
 
-    def finalize(self, excluded: Callable[[float, float], bool],
+    def finalize(self, paused: Callable[[float, float], float],
                  efficiency: Callable[[_Pending, float | None], float | None],
                  everything: bool = False) -> list[StepRecord]:
         """Finalizes every pending step that has a successor (all, if ``everything``).
 
-        ``excluded(start, end)`` says a step interval must get no step time (it holds
-        TicTac's own pause); ``efficiency`` gives a step's measured E.
+        ``paused(start, end)`` gives the seconds of TicTac's own pauses inside a step
+        interval (taken out of its step time; the step stays out of the medians);
+        ``efficiency`` gives a step's measured E.
         """
         out = []
         for worker, pending in self._pending.items():
@@ -105,17 +113,25 @@ class StepLog:
             ready = steps if everything else steps[:-1]
             for i, (step_id, step) in enumerate(ready):
                 nxt = steps[i + 1][1].start if i + 1 < len(steps) else None
-                step_time = None if nxt is None else nxt - step.start
-                if step_time is not None and excluded(step.start, nxt):
-                    step_time = None
-                phase = SCHEDULED if step.scheduled else PROFILING
+                step_time, pause = None, 0.0
+                if nxt is not None:
+                    pause = paused(step.start, nxt)
+                    step_time = max(nxt - step.start - pause, 0.0)
+                phase = self._phase(step)
                 index = self._count[worker]
                 self._count[worker] += 1
                 out.append(StepRecord(worker=worker, step=index, start=step.start,
                                       step_time=step_time, transfer_span=step.end - step.start,
-                                      phase=phase, efficiency=efficiency(step, step_time)))
+                                      phase=phase, efficiency=None if pause else
+                                      efficiency(step, step_time), paused_s=pause))
                 # Step 0 holds tracing and start-up: not a steady-state step.
-                if step_time is not None and index > 0:
+                if index == 0:
+                    self.excluded[worker]["first_step"] += 1
+                elif step_time is None:
+                    self.excluded[worker]["last_step"] += 1
+                elif pause:
+                    self.excluded[worker]["paused"] += 1
+                else:
                     self.step_times[(worker, phase)].append(step_time)
                 if phase == SCHEDULED:
                     self.order["scheduled_steps"] += 1
@@ -127,15 +143,27 @@ class StepLog:
                 del pending[step_id]
         return out
 
+    def _phase(self, step: _Pending) -> int:
+        if step.scheduled:
+            return SCHEDULED
+        if self.switched_at is not None and step.start >= self.switched_at:
+            return CHECK
+        return PROFILING
+
     def summary(self) -> dict[str, Any]:
-        """Steps, and median step time per phase, per worker; order statistics."""
+        """Per worker: its steps, and per phase the steps in the medians and their
+        median step time; the steps left out, by reason (so that ``steps`` =
+        the phases' ``*_steps`` + the ``excluded`` counts); order statistics."""
         workers: dict[str, Any] = {}
         for worker, count in sorted(self._count.items()):
             entry: dict[str, Any] = {"steps": count}
-            for phase, label in ((PROFILING, "profiling"), (SCHEDULED, "scheduled")):
+            for phase in (PROFILING, SCHEDULED, CHECK):
+                label = PHASE_NAMES[phase]
                 times = self.step_times.get((worker, phase))
+                if times or phase != CHECK:
+                    entry[f"{label}_steps"] = len(times or ())
                 if times:
-                    entry[f"{label}_steps"] = len(times)
                     entry[f"{label}_median_step_time"] = statistics.median(times)
+            entry["excluded"] = dict(self.excluded.get(worker, {}))
             workers[worker] = entry
         return {"workers": workers, "order": dict(self.order)}

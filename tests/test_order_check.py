@@ -1,0 +1,67 @@
+"""The order check (callbacks/order_check.py): blocks, pairing and the decision rule,
+on step records as the PS labels them; no cluster."""
+
+import pytest
+
+from tictac_hooks.callbacks import order_check
+from tictac_hooks.callbacks.order_check import CheckPlan, decide, paired_ratios, run_medians
+from tictac_hooks.callbacks.tensorboard import CHECK, PROFILING, SCHEDULED, StepRecord
+
+W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def steps(worker, pattern, t0=0.0):
+    """pattern: [(phase, [step times])]; consecutive records of one worker."""
+    out, t, i = [], t0, 0
+    for phase, times in pattern:
+        for x in times:
+            out.append(StepRecord(worker=worker, step=i, start=t, step_time=x,
+                                  transfer_span=0.0, phase=phase))
+            t += x
+            i += 1
+    return out
+
+
+def test_plan_alternates_tictac_and_default_blocks_and_checks_its_arguments():
+    plan = CheckPlan(rounds=2, block_steps=3)
+    assert plan.total_steps == 12
+    assert [plan.scheduled_block(n) for n in range(12)] == [True] * 3 + [False] * 3 + [True] * 3 + [False] * 3
+    for bad in (dict(rounds=-1, block_steps=3), dict(rounds=1, block_steps=1),
+                dict(rounds=1.5, block_steps=3), dict(rounds=True, block_steps=3)):
+        with pytest.raises(ValueError, match="check"):
+            CheckPlan(**bad)
+    assert CheckPlan(rounds=0, block_steps=0).total_steps == 0
+
+
+def test_each_run_drops_its_straddling_first_step_and_pairs_default_with_the_tictac_before():
+    recs = steps(W0, [(PROFILING, [9.0, 9.0]),            # before the switch: ignored
+                      (SCHEDULED, [5.0, 1.0, 1.0, 1.2]),  # 5.0 straddles the switch
+                      (CHECK, [7.0, 2.0, 2.0, 2.2]),
+                      (SCHEDULED, [3.0, 1.1, 1.1]),
+                      (CHECK, [0.1, 2.2, 2.2])])
+    medians = run_medians(recs)[W0]
+    assert [(p, round(m, 3)) for p, m, _ in medians] == [
+        (SCHEDULED, 1.0), (CHECK, 2.0), (SCHEDULED, 1.1), (CHECK, 2.2)]
+    assert paired_ratios({W0: medians})[W0] == pytest.approx([2.0, 2.0])
+
+
+def test_decision_keeps_tictac_when_the_median_pair_is_not_slower_and_clears_otherwise():
+    plan = CheckPlan(rounds=2, block_steps=4)
+    faster = steps(W0, [(SCHEDULED, [1, 1, 1, 1]), (CHECK, [2, 2, 2, 2])] * 2) + \
+        steps(W1, [(SCHEDULED, [1, 1, 1, 1]), (CHECK, [1.5, 1.5, 1.5, 1.5])] * 2)
+    r = decide(faster, plan, "tic")
+    assert r["decision"] == order_check.TICTAC and r["pairs"] == 4
+    assert r["ratio_min"] == pytest.approx(1.5) and r["ratio_max"] == pytest.approx(2.0)
+    assert r["workers"][W0]["tictac_median_step_time"] == pytest.approx(1.0)
+    assert r["workers"][W0]["default_median_step_time"] == pytest.approx(2.0)
+    slower = steps(W0, [(SCHEDULED, [2, 2, 2, 2]), (CHECK, [1, 1, 1, 1])] * 2)
+    assert decide(slower, plan, "tac")["decision"] == order_check.DEFAULT
+    # Paused steps and steps without a time are not in any median.
+    odd = [StepRecord(W0, 0, 0.0, None, 0.0, SCHEDULED)] + steps(W0, [(SCHEDULED, [3])], 1)
+    assert run_medians(odd)[W0] == [] or all(m > 0 for _, m, _ in run_medians(odd)[W0])
+
+
+def test_no_pair_means_no_decision_and_says_why():
+    r = decide(steps(W0, [(SCHEDULED, [1, 1, 1])]), CheckPlan(1, 3), "tic")
+    assert r["decision"] is None and "no (TicTac, TensorFlow) block pair" in r["reason"]
+    assert r["pairs"] == 0
