@@ -1,10 +1,90 @@
-"""What the examples print and write after a run (shared by all of them)."""
+"""What the PSS examples share: where their cluster runs, and what they print after.
+
+Each example is one coordinator program (``train(spec)``). :func:`run_on_cluster` starts
+the cluster (1 PS with TicTac's gate, the workers) and runs that coordinator in a child
+process, so that the coordinator has exited, cleanly, before the cluster is stopped
+(stopping the cluster first makes TensorFlow print ``Failed to remove function
+remotely`` errors at exit). With ``--network=shaped`` (the default where root and tc
+are available) every task runs in its own network namespace behind a link shaped to
+``--rate``: communication then costs what it costs on a real cluster, and the order
+matters. Elsewhere the cluster runs on loopback, where it barely does.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+import sys
+from typing import Any, Callable
+
+from absl import flags
+
+flags.DEFINE_enum("network", "auto", ["auto", "shaped", "loopback"],
+                  "Where the cluster runs: shaped (network namespaces and tc; needs root), "
+                  "loopback, or auto (shaped where possible).")
+flags.DEFINE_string("rate", "2gbit", "Link rate of every task with --network=shaped "
+                    "(tc syntax, e.g. 300mbit, 1gbit).")
+flags.DEFINE_string("cluster_spec", None, "Internal: run only the coordinator, against "
+                    "this cluster (JSON {job: [addresses]}).")
+flags.DEFINE_integer("link_bytes_per_s", None, "Internal: the shaped link's rate, "
+                     "which the parent passes to the coordinator it runs there.")
+FLAGS = flags.FLAGS
+
+DEAD_TASK_GRACE_S = 10.0  # a coordinator whose cluster task died gets this long to fail
+
+LOOPBACK_NOTE = ("loopback: transfers cost almost nothing here, so TicTac's order cannot "
+                 "gain much and the figures below are mostly noise ({why})")
+
+
+def run_on_cluster(train: Callable[[dict], None], num_ps: int, num_workers: int) -> None:
+    """Runs ``train(cluster_spec)`` as a PSS coordinator on a local cluster (see the
+    module docstring). Exits non-zero when the coordinator fails or a PS dies."""
+    if FLAGS.cluster_spec:  # the child: the coordinator itself
+        train(json.loads(FLAGS.cluster_spec))
+        return
+    from tictac_hooks.enforce import netns
+    from tictac_hooks.enforce.launcher import LocalCluster
+    shaped, why = (False, "--network=loopback") if FLAGS.network == "loopback" \
+        else netns.available()
+    if FLAGS.network == "shaped" and not shaped:
+        raise SystemExit(f"--network=shaped: {why}")
+    kwargs = dict(num_ps=num_ps, num_workers=num_workers, rendezvous=True, chief=True)
+    if shaped:
+        hosts = netns.cluster_hosts(num_ps, num_workers, chief=True, clients=())
+        print(f"[cluster] shaped network: {num_ps} PS and {num_workers} workers, each in its "
+              f"own network namespace, links at {FLAGS.rate}", flush=True)
+        with netns.ShapedNetwork(hosts, rate=FLAGS.rate) as net, \
+                LocalCluster(network=net, **kwargs) as cluster:
+            code = _coordinate(cluster, "chief", netns.rate_bits(FLAGS.rate) // 8)
+    else:
+        print(f"[cluster] {LOOPBACK_NOTE.format(why=why)}", flush=True)
+        with LocalCluster(**kwargs) as cluster:
+            code = _coordinate(cluster, None)
+    if code:
+        raise SystemExit(code)
+
+
+def link_bandwidth() -> float | None:
+    """Bytes/s of every link of the shaped network the coordinator runs in (None on
+    loopback): TicTac's ``bandwidth``, for TAC's transfer times and the gate's pacing."""
+    return float(FLAGS.link_bytes_per_s) if FLAGS.link_bytes_per_s else None
+
+
+def _coordinate(cluster: Any, host: str | None, link_bytes_per_s: int | None = None) -> int:
+    """Runs this program again as the coordinator against ``cluster``; returns its exit
+    code. If a cluster task dies, the coordinator is stopped within
+    DEAD_TASK_GRACE_S, with one line naming the task (LocalCluster.run_clients)."""
+    from tictac_hooks.enforce.launcher import ClusterError
+    argv = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:],
+            f"--cluster_spec={json.dumps(cluster.spec)}"]
+    if link_bytes_per_s:
+        argv.append(f"--link_bytes_per_s={link_bytes_per_s}")
+    try:
+        (code,) = cluster.run_clients([argv], host=host, dead_task_grace_s=DEAD_TASK_GRACE_S)
+    except ClusterError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 1
+    return code
 
 
 def print_summary(tictac: Any, log_dir: str) -> None:
@@ -18,20 +98,28 @@ def print_summary(tictac: Any, log_dir: str) -> None:
         print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
               f"{order['scheduled_steps']} (skips {order.get('skips', 0)}, "
               f"violations {order.get('violations', 0)})")
+    check = summary.get("check") or {}
     for worker, s in summary.get("workers", {}).items():
         before = s.get("profiling_median_step_time")
         after = s.get("scheduled_median_step_time")
-        line = f"  {worker}: {s['steps']} steps"
+        from tictac_hooks.callbacks.tensorboard import worker_run_name
+        line = f"  {worker_run_name(worker)}: {s['steps']} steps"
         if before:
             line += f"; median step time before {before * 1e3:.1f} ms"
         if after:
             line += f", after {after * 1e3:.1f} ms"
-        if before and after:
-            line += f" ({(before / after - 1) * 100:+.1f} % throughput)"
         print(line)
-    print("  (a loopback cluster on a shared CPU: transfers cost almost nothing here, so "
-          "step-time differences are mostly noise; README, 'End to end on a shaped "
-          "network', has the measured gains)")
+        c = check.get("workers", {}).get(worker)
+        if c and c.get("pairs"):
+            print(f"    same run, interleaved blocks: TensorFlow's order "
+                  f"{c['default_median_step_time'] * 1e3:.1f} ms, TicTac's "
+                  f"{c['tictac_median_step_time'] * 1e3:.1f} ms per step: "
+                  f"{(c['ratio_median'] - 1) * 100:+.1f} % throughput (range "
+                  f"{(c['ratio_min'] - 1) * 100:+.1f} to {(c['ratio_max'] - 1) * 100:+.1f} % "
+                  f"over {c['pairs']} block pairs)")
+    if check.get("decision"):
+        print(f"  order check: {'TicTac' if check['decision'] == 'tictac' else 'TensorFlow'}'s"
+              f" order kept (rule: {check['rule']})")
     print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
           f"Transfer timeline (Perfetto / chrome://tracing): "
           f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")

@@ -173,30 +173,40 @@ def main(argv):
     from tictac_hooks.enforce.launcher import LocalCluster
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "graph_mode_train")
-    if FLAGS.cluster_spec:  # a between-graph client, started by the parent below
+    if FLAGS.cluster_spec:  # a client, started by the parent below
         spec = json.loads(FLAGS.cluster_spec)
+        if FLAGS.replication == "in-graph":
+            report(*train(tf, spec, 0, True, log_dir, between=False), log_dir)
+            return
         task = FLAGS.task_index
         losses, final, tictac = train(tf, spec, task, task == 0,
                                       os.path.join(log_dir, f"client_{task}"), between=True)
         print(f"[worker {task}]", end=" ")
         report(losses, final, tictac, os.path.join(log_dir, f"client_{task}"))
         return
+    # The clients run in child processes, so that a PS that dies cannot hang this one:
+    # LocalCluster.run_clients stops them, naming the task, within a few seconds.
+    from tictac_hooks.enforce.launcher import ClusterError
     with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True) as cluster:
+        me = [sys.executable, os.path.abspath(__file__), *sys.argv[1:],
+              f"--cluster_spec={json.dumps(cluster.spec)}"]
         if FLAGS.replication == "in-graph":
-            report(*train(tf, cluster.spec, 0, True, log_dir, between=False), log_dir)
-            return
-        children = []
-        for task in range(FLAGS.workers):
-            extra = [f"--cluster_spec={json.dumps(cluster.spec)}", f"--task_index={task}"]
-            if task and FLAGS.summary_json:  # the chief's summary is the one asked for
-                extra.append(f"--summary_json={FLAGS.summary_json}.worker{task}")
-            if task and FLAGS.save_weights:
-                extra.append("--save_weights=")
-            children.append(cluster.spawn([sys.executable, os.path.abspath(__file__),
-                                           *sys.argv[1:], *extra]))
-        codes = [child.wait(timeout=1800) for child in children]
+            argvs = [me]
+        else:
+            argvs = []
+            for task in range(FLAGS.workers):
+                extra = [f"--task_index={task}"]
+                if task and FLAGS.summary_json:  # the chief's summary is the one asked for
+                    extra.append(f"--summary_json={FLAGS.summary_json}.worker{task}")
+                if task and FLAGS.save_weights:
+                    extra.append("--save_weights=")
+                argvs.append(me + extra)
+        try:
+            codes = cluster.run_clients(argvs, dead_task_grace_s=10.0, timeout_s=1800)
+        except ClusterError as e:
+            raise SystemExit(f"error: {e}") from None
         if any(codes):
-            raise SystemExit(f"between-graph clients exited with {codes}")
+            raise SystemExit(f"error: graph-mode clients exited with {codes}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
+from common import print_summary, run_on_cluster, write_summary  # noqa: E402  (--network)
 
 flags.DEFINE_integer("steps", 100, "Evaluation steps.", lower_bound=1)
 flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
@@ -31,39 +32,40 @@ FLAGS.set_default("tictac_profile_steps", 30)
 
 def main(argv):
     del argv
+    run_on_cluster(train, num_ps=FLAGS.ps, num_workers=FLAGS.workers)
+
+
+def train(spec: dict) -> None:
+    """The coordinator, against the cluster ``spec``."""
     logging.set_verbosity(logging.WARNING)
     import tensorflow as tf
     import tf_keras as keras
 
     from tictac_hooks import TicTac
-    from tictac_hooks.enforce.launcher import LocalCluster
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "inference")
-    with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True,
-                      chief=True) as cluster:
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(cluster.spec), task_type="chief", task_id=0, rpc_layer="grpc")
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-        keras.utils.set_random_seed(FLAGS.seed)
-        with strategy.scope():
-            init = keras.initializers.GlorotUniform(seed=FLAGS.seed)
-            model = keras.Sequential(
-                [keras.layers.Dense(n, activation="relu", kernel_initializer=init, name=f"fc{i}")
-                 for i, n in enumerate((1024, 1024, 512, 512))]
-                + [keras.layers.Dense(10, kernel_initializer=init, name="logits")], name="policy")
-            model.build((None, 128))
-            model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True), metrics=["accuracy"])
-        x = tf.random.stateless_normal((512, 128), seed=[FLAGS.seed, 0])
-        y = tf.random.stateless_uniform((512,), seed=[FLAGS.seed, 1], maxval=10, dtype=tf.int64)
-        dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(FLAGS.batch_size)
-        tictac = TicTac(log_dir=log_dir)
-        results = model.evaluate(dataset, steps=FLAGS.steps, callbacks=[tictac], verbose=0,
-                                 return_dict=True)
-        print("evaluate:", {k: round(float(v), 4) for k, v in results.items()})
-        from common import print_summary, write_summary
-        print_summary(tictac, os.path.join(log_dir, "test"))
-        write_summary(tictac, FLAGS.summary_json)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    keras.utils.set_random_seed(FLAGS.seed)
+    with strategy.scope():
+        init = keras.initializers.GlorotUniform(seed=FLAGS.seed)
+        model = keras.Sequential(
+            [keras.layers.Dense(n, activation="relu", kernel_initializer=init, name=f"fc{i}")
+             for i, n in enumerate((1024, 1024, 512, 512))]
+            + [keras.layers.Dense(10, kernel_initializer=init, name="logits")], name="policy")
+        model.build((None, 128))
+        model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True), metrics=["accuracy"])
+    x = tf.random.stateless_normal((512, 128), seed=[FLAGS.seed, 0])
+    y = tf.random.stateless_uniform((512,), seed=[FLAGS.seed, 1], maxval=10, dtype=tf.int64)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(FLAGS.batch_size)
+    tictac = TicTac(log_dir=log_dir)
+    results = model.evaluate(dataset, steps=FLAGS.steps, callbacks=[tictac], verbose=0,
+                             return_dict=True)
+    print("evaluate:", {k: round(float(v), 4) for k, v in results.items()})
+    print_summary(tictac, os.path.join(log_dir, "test"))
+    write_summary(tictac, FLAGS.summary_json)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
+from common import print_summary, run_on_cluster, write_summary  # noqa: E402  (--network)
 
 flags.DEFINE_integer("steps", 80, "Training steps.", lower_bound=1)
 flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
@@ -30,60 +31,61 @@ FLAGS.set_default("tictac_profile_steps", 20)
 
 def main(argv):
     del argv
+    run_on_cluster(train, num_ps=FLAGS.ps, num_workers=FLAGS.workers)
+
+
+def train(spec: dict) -> None:
+    """The coordinator, against the cluster ``spec``."""
     logging.set_verbosity(logging.WARNING)
     import keras
     import tensorflow as tf
 
     from tictac_hooks import TicTacLoop
-    from tictac_hooks.enforce.launcher import LocalCluster
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "keras3_custom_loop")
-    with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True,
-                      chief=True) as cluster:
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(cluster.spec), task_type="chief", task_id=0, rpc_layer="grpc")
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-        keras.utils.set_random_seed(FLAGS.seed)
-        with strategy.scope():
-            model = keras.Sequential([
-                keras.Input((64,)),
-                keras.layers.Dense(512, activation="relu", name="fc1"),
-                keras.layers.Dense(512, activation="relu", name="fc2"),
-                keras.layers.Dense(256, activation="relu", name="fc3"),
-                keras.layers.Dense(10, name="logits")], name="mlp")
-            optimizer = keras.optimizers.SGD(0.01)
-            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-            model.compile(optimizer=optimizer, loss=loss_fn)  # for TAC's compute profile
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    keras.utils.set_random_seed(FLAGS.seed)
+    with strategy.scope():
+        model = keras.Sequential([
+            keras.Input((64,)),
+            keras.layers.Dense(512, activation="relu", name="fc1"),
+            keras.layers.Dense(512, activation="relu", name="fc2"),
+            keras.layers.Dense(256, activation="relu", name="fc3"),
+            keras.layers.Dense(10, name="logits")], name="mlp")
+        optimizer = keras.optimizers.SGD(0.01)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        model.compile(optimizer=optimizer, loss=loss_fn)  # for TAC's compute profile
 
-        def dataset_fn():
-            x = tf.random.stateless_normal((256, 64), seed=[FLAGS.seed, 0])
-            y = tf.random.stateless_uniform((256,), seed=[FLAGS.seed, 1], maxval=10,
-                                            dtype=tf.int64)
-            return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(FLAGS.batch_size)
+    def dataset_fn():
+        x = tf.random.stateless_normal((256, 64), seed=[FLAGS.seed, 0])
+        y = tf.random.stateless_uniform((256,), seed=[FLAGS.seed, 1], maxval=10,
+                                        dtype=tf.int64)
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(FLAGS.batch_size)
 
-        iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
 
-        @tf.function
-        def train_step(iterator):
-            def replica_step(x, y):
-                with tf.GradientTape() as tape:
-                    loss = loss_fn(y, model(x, training=True))
-                grads = tape.gradient(loss, model.trainable_variables)
-                optimizer.apply_gradients(zip(grads, model.trainable_variables))
-                return loss
-            x, y = next(iterator)
-            return strategy.run(replica_step, args=(x, y))
+    @tf.function
+    def train_step(iterator):
+        def replica_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        x, y = next(iterator)
+        return strategy.run(replica_step, args=(x, y))
 
-        with TicTacLoop(coordinator, train_step, log_dir=log_dir, model=model,
-                        batch_size=FLAGS.batch_size) as tictac:
-            for _ in range(FLAGS.steps):
-                loss = coordinator.schedule(train_step, args=(iterator,))
-                tictac.step()
-        print(f"last loss {loss.fetch():.4f}")
-        from common import print_summary, write_summary
-        print_summary(tictac, log_dir)
-        write_summary(tictac, FLAGS.summary_json)
+    with TicTacLoop(coordinator, train_step, log_dir=log_dir, model=model,
+                    batch_size=FLAGS.batch_size) as tictac:
+        for _ in range(FLAGS.steps):
+            loss = coordinator.schedule(train_step, args=(iterator,))
+            tictac.step()
+    print(f"last loss {loss.fetch():.4f}")
+    print_summary(tictac, log_dir)
+    write_summary(tictac, FLAGS.summary_json)
 
 
 if __name__ == "__main__":

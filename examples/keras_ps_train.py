@@ -1,12 +1,15 @@
 """Train a Keras model with ParameterServerStrategy on a local cluster, with TicTac.
 
-Starts 1 PS (behind the TicTac rendezvous) and 2 workers on localhost, trains a small
-convolutional network on synthetic data with tf_keras `model.fit`, and switches TicTac
-on with one line: `callbacks=[TicTac()]`. Prints the median step time before and after
-the switch, per worker, and where the TensorBoard logs are.
+Starts 1 PS (with TicTac's gate) and 2 workers, each in its own network namespace
+behind a shaped link where root and tc are available (else on loopback; see
+examples/common.py), trains a small convolutional network on synthetic data with
+tf_keras `model.fit`, and switches TicTac on with one line: `callbacks=[TicTac()]`.
+Prints, per worker, the step time in TensorFlow's order and in TicTac's, measured in
+interleaved blocks of the same run (TicTac's order check), and where the TensorBoard
+logs are.
 
     .venv/bin/python examples/keras_ps_train.py --steps 60 --log_dir runs/keras
-    .venv/bin/python examples/keras_ps_train.py --tictac_algorithm=tac
+    .venv/bin/python examples/keras_ps_train.py --tictac_algorithm=tac --network=loopback
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
+from common import link_bandwidth, print_summary, run_on_cluster, write_summary  # noqa: E402  (--network)
 
 flags.DEFINE_integer("steps", 100, "Training steps (all epochs together).", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 10, "Steps per epoch (statistics are read per epoch).",
@@ -27,7 +31,7 @@ flags.DEFINE_integer("steps_per_epoch", 10, "Steps per epoch (statistics are rea
 # directory (default: runs/keras_ps_train).
 flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
 flags.DEFINE_integer("ps", 1, "Parameter-server tasks.", lower_bound=1)
-flags.DEFINE_integer("batch_size", 32, "Global batch size.", lower_bound=1)
+flags.DEFINE_integer("batch_size", 256, "Global batch size.", lower_bound=1)
 flags.DEFINE_integer("seed", 7, "Random seed for weights and data.")
 flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
@@ -38,9 +42,22 @@ FLAGS = flags.FLAGS
 FLAGS.set_default("tictac_profile_steps", 30)
 
 
-def build_model(keras, seed: int):
-    """A small CNN whose parameters (about 8 MiB) take as long to move as to use."""
+flags.DEFINE_enum("model", "mlp", ["mlp", "cnn"],
+                  "mlp: 6 dense layers of 1024 (24 MiB of parameters, each layer's "
+                  "transfer about as long as its compute on a 1 Gbit/s link); cnn: a small "
+                  "convolutional network (5.6 MiB, most of it in one dense layer).")
+
+
+def build_model(keras, seed: int, kind: str = "mlp"):
+    """A model whose parameters take about as long to move as to use: the setting in
+    which the order of the transfers decides how much of the two overlaps."""
     init = keras.initializers.GlorotUniform(seed=seed)
+    if kind == "mlp":
+        return keras.Sequential(
+            [keras.Input((INPUT_DIM,))]
+            + [keras.layers.Dense(1024, activation="relu", kernel_initializer=init,
+                                  name=f"fc{i}") for i in range(1, 7)]
+            + [keras.layers.Dense(10, kernel_initializer=init, name="logits")], name="mlp")
     return keras.Sequential([
         keras.layers.Conv2D(32, 3, activation="relu", input_shape=(32, 32, 3),
                             kernel_initializer=init, name="conv1"),
@@ -53,46 +70,53 @@ def build_model(keras, seed: int):
     ], name="cnn")
 
 
-def synthetic_dataset(tf, batch_size: int, seed: int):
+INPUT_DIM = 1024
+
+
+def synthetic_dataset(tf, batch_size: int, seed: int, kind: str = "mlp"):
     rng = tf.random.Generator.from_seed(seed)
-    x = rng.normal((512, 32, 32, 3))
+    x = rng.normal((512, INPUT_DIM) if kind == "mlp" else (512, 32, 32, 3))
     y = rng.uniform((512,), maxval=10, dtype=tf.int64)
     return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch_size)
 
 
 def main(argv):
     del argv
+    run_on_cluster(train, num_ps=FLAGS.ps, num_workers=FLAGS.workers)
+
+
+def train(spec: dict) -> None:
+    """The coordinator: model.fit under ParameterServerStrategy with TicTac."""
+    import warnings
+    # tf_keras's PSS dataset path warns about tf.data options on every run; harmless.
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
     logging.set_verbosity(logging.WARNING)  # TF's cluster set-up chatter
     import tensorflow as tf
     import tf_keras as keras
 
     from tictac_hooks import TicTac
-    from tictac_hooks.enforce.launcher import LocalCluster
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "keras_ps_train")
-    with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True,
-                      chief=True) as cluster:
-        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-            tf.train.ClusterSpec(cluster.spec), task_type="chief", task_id=0, rpc_layer="grpc")
-        strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
-        keras.utils.set_random_seed(FLAGS.seed)
-        with strategy.scope():
-            model = build_model(keras, FLAGS.seed)
-            model.compile(optimizer=keras.optimizers.SGD(0.01),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        tictac = TicTac(log_dir=log_dir)
-        epochs = max(1, FLAGS.steps // FLAGS.steps_per_epoch)
-        history = model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed),
-                            epochs=epochs, steps_per_epoch=FLAGS.steps_per_epoch,
-                            callbacks=[tictac] if FLAGS.tictac else [], verbose=0)
-        if FLAGS.save_weights:
-            import numpy as np
-            np.savez(FLAGS.save_weights, *model.get_weights())
-        print(f"loss per epoch: {' '.join(f'{x:.4f}' for x in history.history['loss'])}")
-        if FLAGS.tictac:
-            from common import print_summary, write_summary
-            print_summary(tictac, log_dir)
-            write_summary(tictac, FLAGS.summary_json)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(spec), task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
+    keras.utils.set_random_seed(FLAGS.seed)
+    with strategy.scope():
+        model = build_model(keras, FLAGS.seed, FLAGS.model)
+        model.compile(optimizer=keras.optimizers.SGD(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    tictac = TicTac(log_dir=log_dir, bandwidth=link_bandwidth())
+    epochs = max(1, FLAGS.steps // FLAGS.steps_per_epoch)
+    history = model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed, FLAGS.model),
+                        epochs=epochs, steps_per_epoch=FLAGS.steps_per_epoch,
+                        callbacks=[tictac] if FLAGS.tictac else [], verbose=0)
+    if FLAGS.save_weights:
+        import numpy as np
+        np.savez(FLAGS.save_weights, *model.get_weights())
+    print(f"loss per epoch: {' '.join(f'{x:.4f}' for x in history.history['loss'])}")
+    if FLAGS.tictac:
+        print_summary(tictac, log_dir)
+        write_summary(tictac, FLAGS.summary_json)
 
 
 if __name__ == "__main__":

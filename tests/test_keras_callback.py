@@ -18,42 +18,96 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "keras_ps_train.py")
 
 
+# The small CNN on loopback keeps these tests quick; the main job's defaults (the MLP on
+# a shaped link) are run by test_the_main_job_on_a_shaped_link_* below.
+QUICK = ("--network=loopback", "--model=cnn", "--batch_size=32")
+
+
 def run_example(*args, timeout=300):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, EXAMPLE, *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=env)
+    return subprocess.run([sys.executable, EXAMPLE, *QUICK, *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def quiet(stderr: str) -> None:
+    """No gRPC error lines (E0000 ...) and no traceback: a clean shutdown."""
+    bad = [line for line in stderr.splitlines()
+           if line.startswith("E0000") or "Traceback" in line or "Failed to remove" in line]
+    assert not bad, "\n".join(bad[:10])
 
 
 @pytest.mark.cluster
-def test_fit_switches_after_n_steps_and_every_later_step_follows_the_order(tmp_path):
+def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_follows_it(
+        tmp_path):
     n = 12
-    out = run_example("--steps=40", "--steps_per_epoch=10", f"--tictac_profile_steps={n}",
+    out = run_example("--steps=70", "--steps_per_epoch=10", f"--tictac_profile_steps={n}",
+                      "--tictac_check_rounds=2", "--tictac_check_block_steps=8",
                       f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
-    assert "median step time before" in out.stdout and "TensorBoard:" in out.stdout
+    quiet(out.stderr)
+    for line in ("[cluster] loopback", f"[tictac] profiling {n} steps", "TIC order of",
+                 "[tictac] installed on 1 of 1 PS", "[tictac] order check: TIC order",
+                 "same run, interleaved blocks", "TensorBoard:"):
+        assert line in out.stdout, (line, out.stdout)
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["algorithm"] == "tic" and summary["scheduled_transfers"] >= 10
     order = summary["order"]
-    assert order["scheduled_steps"] >= 20
+    assert order["scheduled_steps"] >= 12  # the check's TicTac blocks at least
     assert order["followed"] == order["scheduled_steps"], order
     assert order.get("skips", 0) == 0 and order.get("violations", 0) == 0
     assert len(summary["workers"]) == 2
+    check = summary["check"]
+    assert check["decision"] in ("tictac", "default") and check["pairs"] >= 2, check
+    assert check["ratio_min"] <= check["ratio_median"] <= check["ratio_max"]
+    for worker, s in summary["workers"].items():
+        # Every step is counted once: in a phase's median, or excluded with a reason.
+        counted = s["profiling_steps"] + s["scheduled_steps"] + s.get("check_steps", 0)
+        assert counted + sum(s["excluded"].values()) == s["steps"], s
+        assert s.get("check_steps", 0) > 0, s
 
     from tictac_hooks.callbacks.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path / "tb"))
     profiled = 0
     for run in ("worker_0", "worker_1"):
-        tags = scalars[run]
-        assert len(tags["tictac/step_time"]) >= 10
-        phases = [v for _, v in sorted(tags["tictac/phase"])]
-        assert set(phases) == {0.0, 1.0}
-        assert phases == sorted(phases)  # profiling, then scheduled, never back
-        profiled += phases.count(0.0)
-        assert all(v > 0 for _, v in tags["tictac/throughput"])
-    # The switch happens after exactly N steps (shared among the workers).
+        phases = [v for _, v in sorted(scalars[run]["tictac/phase"])]
+        first_scheduled = phases.index(1.0)
+        assert set(phases[:first_scheduled]) == {0.0}  # profiling, then never again
+        assert 0.0 not in phases[first_scheduled:] and 2.0 in phases[first_scheduled:]
+        profiled += first_scheduled
+        for order_run in ("tensorflow_order", "tictac_order"):
+            times = scalars[order_run][f"tictac/step_time/{run}"]
+            assert len(times) >= 5 and all(v > 0 for _, v in times)
+            assert scalars[order_run][f"tictac/block_step_time/{run}"]
+        assert scalars[run]["tictac/choice"]
+    # The switch happens after exactly N steps (shared among the workers), and no step
+    # loses its step time at the switch (TicTac's pause is taken out instead).
     assert profiled == n
+    steps_written = {s for r in ("tensorflow_order", "tictac_order")
+                     for s, _ in scalars[r]["tictac/step_time/worker_0"]}
+    w0 = next(w for w in summary["workers"] if "/task:0" in w)
+    assert len(steps_written) >= summary["workers"][w0]["steps"] - 1  # all but the last
     trace = json.loads((tmp_path / "tb" / "tictac_transfers.trace.json").read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+
+
+@pytest.mark.cluster
+@pytest.mark.root
+def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_quietly(
+        tmp_path):
+    from tictac_hooks.enforce import netns
+    ok, why = netns.available()
+    if not ok:
+        pytest.skip(f"no shaped network here: {why}")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    out = subprocess.run([sys.executable, EXAMPLE, "--network=shaped", "--model=cnn",
+                          "--batch_size=32", "--rate=1gbit", "--steps=60",
+                          "--tictac_profile_steps=10", "--tictac_check_rounds=2",
+                          "--tictac_check_block_steps=8", f"--log_dir={tmp_path / 'tb'}"],
+                         capture_output=True, text=True, timeout=400, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    quiet(out.stderr)
+    assert "shaped network: 1 PS and 2 workers" in out.stdout
+    assert out.stdout.count("same run, interleaved blocks: TensorFlow's order") == 2, out.stdout
 
 
 @pytest.mark.cluster

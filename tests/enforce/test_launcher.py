@@ -1,6 +1,7 @@
 """The local-cluster launcher: a port taken between pick and bind is retried; start is
 idempotent; nothing outlives the cluster."""
 
+import os
 import socket
 
 import pytest
@@ -21,4 +22,14 @@ def test_a_taken_port_makes_the_cluster_restart_on_fresh_ports():
             assert all(t.alive for t in cluster.tasks) and len(cluster.tasks) == 2
             assert cluster.start() is cluster and len(cluster.tasks) == 2  # idempotent
             procs = [t.process for t in cluster.tasks]
+            log_dir = cluster.log_dir
+            assert os.path.isdir(log_dir)
     assert all(p.poll() is not None for p in procs)
+    assert not os.path.exists(log_dir)  # its temporary log directory went with it
+
+
+def test_a_cluster_never_started_makes_no_directory_and_a_given_one_is_kept(tmp_path):
+    assert LocalCluster(num_ps=1, num_workers=1).log_dir is None
+    cluster = LocalCluster(num_ps=1, num_workers=1, log_dir=str(tmp_path))
+    cluster.close()
+    assert tmp_path.is_dir()

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,7 +70,8 @@ def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
 
 
 def _bind_failure(message: str) -> bool:
-    return "Could not start gRPC server" in message or "Address already in use" in message
+    # TensorFlow's own words, or `tictac ps`'s one-line error for a taken port.
+    return "Could not start gRPC server" in message or "already in use" in message
 
 
 def repo_pythonpath() -> str:
@@ -123,7 +125,8 @@ class LocalCluster:
       window_bytes: the proxy's look-ahead window (default: the Gate default).
       start_timeout_s: how long to wait for every task to answer (default 120).
       env: extra environment for the children.
-      log_dir: where each task's stdout/stderr goes (default: a temporary directory).
+      log_dir: where each task's stdout/stderr goes (default: a temporary directory,
+        removed by :meth:`close`).
       direct_workers: indices of workers whose TensorFlow server gets
         :meth:`direct_spec`, to compare both paths in one cluster: they reach every PS
         without the gate (proxy: the TensorFlow server behind the rendezvous; native:
@@ -185,7 +188,7 @@ class LocalCluster:
         self.start_timeout_s = start_timeout_s
         self.env = dict(env or {})
         self._own_log_dir = log_dir is None
-        self.log_dir = log_dir or tempfile.mkdtemp(prefix="tictac-cluster-")
+        self.log_dir = log_dir  # a temporary directory from start() to close() if None
         self.tasks: list[Task] = []
         self._extra: list[subprocess.Popen] = []
 
@@ -237,6 +240,8 @@ class LocalCluster:
         ``spec`` after ``start()``."""
         if self.tasks:
             return self  # already started (``with LocalCluster(...)`` starts it)
+        if self.log_dir is None:
+            self.log_dir = tempfile.mkdtemp(prefix="tictac-cluster-")
         if self.backend == "native" and any(self.enforcing):
             from tictac_hooks.enforce.native.build import build
             build()  # once, here, rather than in every PS at once (cached afterwards)
@@ -336,6 +341,39 @@ class LocalCluster:
         self._extra.append(proc)
         return proc
 
+    def run_clients(self, argvs: Sequence[Sequence[str]], host: str | None = None,
+                    dead_task_grace_s: float = 20.0, timeout_s: float | None = None
+                    ) -> list[int]:
+        """Runs client processes (a PSS coordinator, graph-mode clients) until each has
+        exited and returns their exit codes. Never waits on a dead cluster: if a task
+        dies meanwhile, the clients get ``dead_task_grace_s`` to fail by themselves
+        (TensorFlow's own error), then are killed, and :class:`ClusterError` names the
+        task. ``host``: the shaped network's host to run them in (see :meth:`spawn_in`).
+        """
+        procs = [self.spawn_in(host, argv) if host else self.spawn(argv) for argv in argvs]
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        dead_since = None
+        while any(p.poll() is None for p in procs):
+            time.sleep(0.25)
+            dead = [t for t in self.tasks if not t.alive]
+            if dead and dead_since is None:
+                dead_since = time.monotonic()
+            late = dead_since is not None and time.monotonic() - dead_since > dead_task_grace_s
+            if late or (deadline is not None and time.monotonic() > deadline):
+                _kill_groups(procs)
+                if late:
+                    t = dead[0]
+                    raise ClusterError(f"task {t.job}:{t.index} ({t.address}) died (exit "
+                                       f"{t.process.returncode}); its clients were stopped "
+                                       f"after {dead_task_grace_s:.0f} s")
+                raise ClusterError(f"the clients did not finish within {timeout_s:.0f} s")
+        dead = [t for t in self.tasks if not t.alive]
+        if dead and any(p.returncode for p in procs):
+            t = dead[0]
+            raise ClusterError(f"task {t.job}:{t.index} ({t.address}) died (exit "
+                               f"{t.process.returncode}) while its clients ran")
+        return [p.returncode for p in procs]
+
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Waits until every task answers: gRPC channel readiness on localhost (the
         rendezvous listens after its TensorFlow server started); in a shaped network, a
@@ -383,9 +421,13 @@ class LocalCluster:
         task.process.wait(10)
 
     def close(self) -> None:
-        """Kills every process this cluster started (idempotent)."""
+        """Kills every process this cluster started and removes its temporary log
+        directory, if it made one (idempotent; error messages quote the logs before)."""
         _kill_groups([t.process for t in self.tasks] + self._extra)
         _LIVE.discard(self)
+        if self._own_log_dir and self.log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+            self.log_dir = None
 
     def __enter__(self) -> "LocalCluster":
         return self.start()
