@@ -80,10 +80,12 @@ def screenshot(log_dir: str, out_png: str, width: int = 1400, height: int = 1100
                                 "(scripts/main.sh writes runs/keras_ps_train)")
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
+    profile = tempfile.mkdtemp(prefix="tictac-chromium-")
+    # TensorBoard keeps a .tensorboard-info folder in TMPDIR: give it ours, removed below.
     tb = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", log_dir,
                            "--host", "127.0.0.1", "--port", str(port), "--reload_interval",
-                           "1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    profile = tempfile.mkdtemp(prefix="tictac-chromium-")
+                           "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=dict(os.environ, TMPDIR=profile))
     try:
         tags = wait_for_scalars(base, timeout_s)
         url = (f"{base}/?forceSVG=true#scalars&_smoothingWeight=0"

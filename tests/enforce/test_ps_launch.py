@@ -320,13 +320,25 @@ def test_cluster_processes_die_when_their_parent_is_sigkilled(tmp_path, started_
 
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_native_ps_warns_about_proxy_only_options(launch, tmp_path):
+def test_native_ps_warns_about_proxy_only_options_and_an_every_interface_bind(launch,
+                                                                             tmp_path):
     cluster = {"ps": [f"127.0.0.1:{free_port()}"], "worker": [f"127.0.0.1:{free_port()}"]}
-    ps, ps_log = launch(["ps", "--tf-config", "--bind-host", "0.0.0.0"],
-                        _tf_config(cluster, "ps", 0))
+    ps, ps_log = launch(["ps", "--tf-config", "--bind-host", "0.0.0.0", "--window-bytes",
+                         "0"], _tf_config(cluster, "ps", 0))
     _wait_for("tictac ps --bind-host", lambda: "native gate" in _log(ps_log), ps, ps_log)
     assert "apply to --backend proxy only" in _log(ps_log)
-    assert "every interface" in _log(ps_log)
+    assert "--bind-host 0.0.0.0: this PS accepts connections on every interface" in _log(ps_log)
+    assert "listening on 0.0.0.0:" in _log(ps_log)
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_native_ps_says_where_it_listens(launch, tmp_path):
+    port = free_port()
+    cluster = {"ps": [f"127.0.0.1:{port}"], "worker": [f"127.0.0.1:{free_port()}"]}
+    ps, ps_log = launch(["ps", "--tf-config"], _tf_config(cluster, "ps", 0))
+    _wait_for("tictac ps", lambda: "native gate" in _log(ps_log), ps, ps_log)
+    assert f"listening on 127.0.0.1:{port} only" in _log(ps_log)
 
 
 # -- ports (issue #14.5) -----------------------------------------------------------------

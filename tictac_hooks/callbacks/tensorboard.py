@@ -104,17 +104,25 @@ class StepTimeWriter:
 
     def _scalars(self, run: str, step: int, wall_time: float,
                  values: dict[str, float]) -> None:
-        from tensorboard.compat.proto import event_pb2, summary_pb2
+        """New-style scalar summaries (a float tensor with the scalars plugin's
+        metadata: its display name carries the unit, its description what the series
+        means); TensorBoard's fast loader keeps metadata only in this form."""
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
+        from tensorboard.plugins.scalar import metadata as scalar_metadata
         out = []
         for tag, v in values.items():
-            value = summary_pb2.Summary.Value(tag=tag, simple_value=float(v))
             if (run, tag) not in self._described:  # TensorBoard reads the first one
                 self._described.add((run, tag))
                 base = "/".join(tag.split("/")[:2])
                 unit = UNITS.get(base)
-                value.metadata.display_name = f"{tag} [{unit}]" if unit else tag
-                value.metadata.summary_description = DESCRIPTIONS.get(base, "")
-            out.append(value)
+                meta = scalar_metadata.create_summary_metadata(
+                    display_name=f"{tag} [{unit}]" if unit else tag,
+                    description=DESCRIPTIONS.get(base, ""))
+            else:
+                meta = scalar_metadata.create_summary_metadata(display_name=None,
+                                                               description=None)
+            tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(v)])
+            out.append(summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=meta))
         self._writer(run).add_event(event_pb2.Event(
             wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=out)))
 

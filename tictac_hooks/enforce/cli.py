@@ -39,9 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--private-port", type=checks.arg_port(zero_picks_one=True), default=0,
                    help="proxy: the TensorFlow server's own port, 1..65535 (default 0: a "
                         "free one)")
-    p.add_argument("--bind-host", default="127.0.0.1",
-                   help="proxy: where the rendezvous listens (default 127.0.0.1; 0.0.0.0 "
-                        "to serve other machines)")
+    p.add_argument("--bind-host", default=None,
+                   help="where the PS listens. native: its one port (default: the host of "
+                        "its cluster-spec address); proxy: the rendezvous (default "
+                        "127.0.0.1). 0.0.0.0 serves every interface (warned: TensorFlow's "
+                        "servers have no authentication)")
     p.add_argument("--skip-after", type=checks.arg_seconds(), default=DEFAULT_SKIP_AFTER_S,
                    metavar="SECONDS",
                    help="the skip bound, the same bound as --tictac_skip_timeout with the "
@@ -203,15 +205,20 @@ def _ps(args: argparse.Namespace) -> int:
               f"{spec[job][index]}", flush=True)
         server.join()
         return 0
+    if args.bind_host in ("0.0.0.0", "::", "[::]"):
+        print(f"tictac ps: warning: --bind-host {args.bind_host}: this PS accepts "
+              "connections on every interface; TensorFlow's gRPC servers have no "
+              "authentication, so anything that reaches the port can run ops here: keep it "
+              "inside the cluster's network", file=sys.stderr, flush=True)
     if args.backend == "native":
-        if args.private_port or args.bind_host != "127.0.0.1" or args.window_bytes is not None:
-            print("tictac ps: warning: --private-port, --bind-host and --window-bytes apply "
-                  "to --backend proxy only; the native PS serves on its cluster-spec port, "
-                  "which TensorFlow binds on every interface", file=sys.stderr, flush=True)
+        if args.private_port or args.window_bytes is not None:
+            print("tictac ps: warning: --private-port and --window-bytes apply to "
+                  "--backend proxy only; the native PS serves on its cluster-spec port",
+                  file=sys.stderr, flush=True)
         server = TicTacServer(spec, job_name=job, task_index=index, backend="native",
-                              skip_after_s=args.skip_after)
+                              skip_after_s=args.skip_after, bind_host=args.bind_host)
         print(f"tictac ps: {job}:{index} native gate (grpc+tictac) on "
-              f"{server.public_address}", flush=True)
+              f"{server.public_address} (listening on {server.listening} only)", flush=True)
         server.join()
         return 0
     server = TicTacServer(spec, job_name=job, task_index=index, backend="proxy",
@@ -221,6 +228,11 @@ def _ps(args: argparse.Namespace) -> int:
                               else {"window_bytes": args.window_bytes})))
     print(f"tictac ps: {job}:{index} rendezvous on {server.rendezvous.address}, "
           f"TensorFlow server on {server.private_address}", flush=True)
+    private = server.private_address.rsplit(":", 1)[1]
+    print(f"tictac ps: warning: the proxy's TensorFlow server listens on every interface "
+          f"at port {private} (TensorFlow binds 0.0.0.0; only the native backend can "
+          f"narrow it): firewall port {private}, or use --backend native",
+          file=sys.stderr, flush=True)
     server.join()
     return 0
 

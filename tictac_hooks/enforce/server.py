@@ -128,7 +128,8 @@ class TicTacServer:
         (default ``DEFAULT_SKIP_AFTER_S``, 2.0 s; ignored when ``gate`` is given).
       private_port: proxy only: the TensorFlow server's own port, 1..65535 (default 0: a
         free one).
-      bind_host: proxy only: where the rendezvous listens (default "127.0.0.1"; "0.0.0.0"
+      bind_host: where the PS listens. Native: its one port, on this host (default: the
+        host of its cluster-spec address). Proxy: the rendezvous (default "127.0.0.1"; "0.0.0.0"
         or "[::]" to serve other machines).
       gate: proxy only: the ordering gate (default ``Gate()``).
 
@@ -142,7 +143,7 @@ class TicTacServer:
                  task_index: int | None = None, protocol: str | None = None,
                  config: Any = None, start: bool = True, *, backend: str = "native",
                  skip_after_s: float | None = None, private_port: int = 0,
-                 bind_host: str = DEFAULT_BIND_HOST, gate: Gate | None = None) -> None:
+                 bind_host: str | None = None, gate: Gate | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'native' or 'proxy', got {backend!r}")
         skip_after_s = checks.seconds(
@@ -190,8 +191,20 @@ class TicTacServer:
             load()
             server_def.protocol = NATIVE_PROTOCOL
             self.private_address = public  # the gate is inside this server
-            self._server = _tf_server(server_def, public_port,
-                                      f"{task}'s address {public} in the cluster spec")
+            # The server listens on its cluster-spec host unless told otherwise
+            # (tf_server.cc reads TICTAC_BIND_HOST while the server starts).
+            old = os.environ.get("TICTAC_BIND_HOST")
+            if bind_host:
+                os.environ["TICTAC_BIND_HOST"] = bind_host
+            try:
+                self._server = _tf_server(server_def, public_port,
+                                          f"{task}'s address {public} in the cluster spec")
+            finally:
+                if bind_host:
+                    if old is None:
+                        os.environ.pop("TICTAC_BIND_HOST", None)
+                    else:
+                        os.environ["TICTAC_BIND_HOST"] = old
             self._cgate = CGate.server(loaded_path())
             if self._cgate is None:
                 raise RuntimeError("the grpc+tictac server started without its gate")
@@ -206,10 +219,23 @@ class TicTacServer:
                                   f"{task}'s private port (private_port)")
         if gate is None:
             gate = Gate(skip_after_s=skip_after_s)
+        bind_host = bind_host or DEFAULT_BIND_HOST
         host = bind_host if ":" not in bind_host or bind_host.startswith("[") else f"[{bind_host}]"
         self.rendezvous = Rendezvous(f"{host}:{public_port}", self.private_address, gate=gate)
         if start:
             self.start()
+
+    @property
+    def listening(self) -> str:
+        """Where this PS accepts connections, as ``HOST:PORT`` entries: the native
+        server's one port on the host it bound; the proxy's rendezvous, and the
+        TensorFlow server behind it, which TensorFlow binds on every interface."""
+        port = split_address(self.public_address)[1]
+        if self.backend == "native":
+            host = self._cgate.control("ping").get("listening") or "*"
+            return f"{'0.0.0.0' if host == '*' else host}:{port}"
+        return (f"{self.rendezvous.address} (rendezvous), 0.0.0.0:"
+                f"{split_address(self.private_address)[1]} (TensorFlow's server)")
 
     @property
     def target(self) -> str:
