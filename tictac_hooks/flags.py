@@ -34,7 +34,9 @@ flags.DEFINE_enum(
 flags.DEFINE_integer(
     "tictac_profile_steps", DEFAULTS["profile_steps"],
     "Steps run in TensorFlow's own order before the schedule is computed and installed "
-    "(default 5). Transfer (and, for tac, compute) times are measured on these steps.",
+    "(default 5), counted as the training loop dispatches them: over all workers under "
+    "ParameterServerStrategy (each worker runs about N / workers of them), session.run "
+    "calls in graph mode. Transfer (and, for tac, compute) times are measured on these.",
     lower_bound=1)
 flags.DEFINE_string(
     "tictac_log_dir", DEFAULTS["log_dir"],

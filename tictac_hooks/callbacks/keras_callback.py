@@ -48,7 +48,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
       algorithm: ``"tic"`` (default), ``"tac"``, or ``"none"`` (profile and log only;
         ``--tictac_algorithm``).
       profile_steps: steps run before the switch, a whole number >= 1 (default 5,
-        ``--tictac_profile_steps``).
+        ``--tictac_profile_steps``), counted as fit dispatches them, over all workers
+        (each worker profiles about profile_steps / workers).
       log_dir: where TensorBoard step-time summaries and the transfer timeline
         (``tictac_transfers.trace.json``) go (default None: nothing written;
         ``--tictac_log_dir``).
