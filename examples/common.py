@@ -19,15 +19,23 @@ from typing import Any, Callable
 
 from absl import flags
 
-flags.DEFINE_enum("network", "auto", ["auto", "shaped", "loopback"],
-                  "Where the cluster runs: shaped (network namespaces and tc; needs root), "
-                  "loopback, or auto (shaped where possible).")
-flags.DEFINE_string("rate", "2gbit", "Link rate of every task with --network=shaped "
-                    "(tc syntax, e.g. 300mbit, 1gbit).")
-flags.DEFINE_string("cluster_spec", None, "Internal: run only the coordinator, against "
-                    "this cluster (JSON {job: [addresses]}).")
-flags.DEFINE_integer("link_bytes_per_s", None, "Internal: the shaped link's rate, "
-                     "which the parent passes to the coordinator it runs there.")
+
+def _define_once(define, name: str, *args, **kwargs) -> None:
+    """Defines a flag unless the example already did (graph_mode_train has its own
+    --cluster_spec, with the same meaning)."""
+    if name not in flags.FLAGS:
+        define(name, *args, **kwargs)
+
+
+_define_once(flags.DEFINE_enum, "network", "auto", ["auto", "shaped", "loopback"],
+             "Where the cluster runs: shaped (network namespaces and tc; needs root), "
+             "loopback, or auto (shaped where possible).")
+_define_once(flags.DEFINE_string, "rate", "2gbit", "Link rate of every task with "
+             "--network=shaped (tc syntax, e.g. 300mbit, 1gbit).")
+_define_once(flags.DEFINE_string, "cluster_spec", None, "Internal: run only the "
+             "coordinator, against this cluster (JSON {job: [addresses]}).")
+_define_once(flags.DEFINE_integer, "link_bytes_per_s", None, "Internal: the shaped "
+             "link's rate, which the parent passes to the coordinator it runs there.")
 FLAGS = flags.FLAGS
 
 DEAD_TASK_GRACE_S = 10.0  # a coordinator whose cluster task died gets this long to fail

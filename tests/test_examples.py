@@ -61,12 +61,16 @@ def test_graph_mode_between_graph_every_worker_follows_the_chiefs_order(tmp_path
 
 
 def test_inference_with_evaluate_follows_the_order(tmp_path):
-    run("inference.py", "--network=loopback", "--steps=40", "--tictac_profile_steps=12",
+    # --tictac_check_rounds=0: every step after the switch runs TicTac's order here (the
+    # order check has its own tests in test_keras_callback.py and test_order_check.py).
+    run("inference.py", "--network=loopback", "--tictac_check_rounds=0", "--steps=40",
+        "--tictac_profile_steps=12",
         f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     check_followed(tmp_path / "s.json", min_scheduled=20)
 
 
 def test_keras3_custom_loop_follows_the_order(tmp_path):
-    run("keras3_custom_loop.py", "--network=loopback", "--steps=40", "--tictac_profile_steps=12",
+    run("keras3_custom_loop.py", "--network=loopback", "--tictac_check_rounds=0",
+        "--steps=40", "--tictac_profile_steps=12",
         f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     check_followed(tmp_path / "s.json", min_scheduled=20)
