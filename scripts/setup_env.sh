@@ -15,7 +15,9 @@ native_inputs="$(cat tictac_hooks/enforce/native/*.cc tictac_hooks/enforce/nativ
 native_stamp=".venv/.tictac-native-$native_inputs"
 prebuild() {
   [ -f "$native_stamp" ] && return 0
-  .venv/bin/python -m tictac_hooks.cli build >/dev/null
+  # (TensorFlow's start-up banner, printed before its log level applies, left out)
+  .venv/bin/python -m tictac_hooks.cli build >/dev/null 2> >(grep -Ev \
+    'oneDNN custom operations|absl::InitializeLog|cpu_feature_guard|appropriate compiler flags|the following instructions' >&2)
   rm -f .venv/.tictac-native-*
   touch "$native_stamp"
 }
