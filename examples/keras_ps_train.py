@@ -36,6 +36,9 @@ flags.DEFINE_integer("seed", 7, "Random seed for weights and data.")
 flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
 flags.DEFINE_boolean("tictac", True, "Add the TicTac callback (--notictac: plain fit).")
+flags.DEFINE_boolean("pacing", True, "On a shaped link, give TicTac the link's rate "
+                     "(bandwidth=), so the native gate paces the transfers to it "
+                     "(--nopacing: ordered, not paced; to measure what pacing does).")
 FLAGS = flags.FLAGS
 # Steps are shared among the workers: profile long enough for each to show its own
 # order-dependent step time before the switch.
@@ -105,7 +108,7 @@ def train(spec: dict) -> None:
         model = build_model(keras, FLAGS.seed, FLAGS.model)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    tictac = TicTac(log_dir=log_dir, bandwidth=link_bandwidth())
+    tictac = TicTac(log_dir=log_dir, bandwidth=link_bandwidth() if FLAGS.pacing else None)
     epochs = max(1, FLAGS.steps // FLAGS.steps_per_epoch)
     history = model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed, FLAGS.model),
                         epochs=epochs, steps_per_epoch=FLAGS.steps_per_epoch,
