@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.steplog import StepLog
-from tictac_hooks.callbacks.tensorboard import StepRecord, StepTimeWriter
+from tictac_hooks.callbacks.tensorboard import PROFILING, StepRecord, StepTimeWriter
 from tictac_hooks.graph.simulate import measured_efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
@@ -182,7 +182,7 @@ class Controller:
         self.steplog.add(stats_everywhere(self.ps_addresses)["steps"])
         records = self.steplog.finalize(self._paused_within, self._efficiency, everything)
         if self.check is not None and self.check_result is None:
-            self._after_switch.extend(r for r in records if r.phase != 0)
+            self._after_switch.extend(r for r in records if r.phase != PROFILING)
             del self._after_switch[:-_KEEP_CHECK_RECORDS]
         if self._writer:
             self._writer.write(records)

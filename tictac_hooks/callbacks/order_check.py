@@ -59,7 +59,12 @@ def run_medians(records: Iterable[StepRecord]) -> dict[str, list[tuple[int, floa
     """worker device -> [(phase, median step time, steps)] per maximal run of steps in
     one order (SCHEDULED or CHECK), in time order; each run's first step and steps
     without a step time (paused, last) are dropped."""
-    return {w: [(p, m, n) for p, m, n, _ in runs] for w, runs in runs_of(records).items()}
+    return _medians(runs_of(records))
+
+
+def _medians(runs: dict[str, list[tuple[int, float, int, list[int]]]]
+             ) -> dict[str, list[tuple[int, float, int]]]:
+    return {w: [(p, m, n) for p, m, n, _ in rs] for w, rs in runs.items()}
 
 
 def runs_of(records: Iterable[StepRecord]
@@ -102,7 +107,7 @@ def decide(records: Sequence[StepRecord], plan: CheckPlan, algorithm: str) -> di
     and the decision by the module's rule. ``decision`` is None when no pair could be
     formed (too few steps reached the PS): the schedule then stays installed."""
     runs = runs_of(records)
-    medians = {w: [(p, m, n) for p, m, n, _ in rs] for w, rs in runs.items()}
+    medians = _medians(runs)
     ratios = paired_ratios(medians)
     every = [x for rs in ratios.values() for x in rs]
     result: dict[str, Any] = {

@@ -92,6 +92,7 @@ class StepTimeWriter:
         self.log_dir = log_dir
         self._writers: dict[str, Any] = {}
         self._described: set[tuple[str, str]] = set()
+        self._plain_metadata: Any = None
         self._switch_note: str | None = None
         self._noted: set[str] = set()  # workers whose switch step got its note
         self._last_step: dict[str, int] = {}
@@ -118,9 +119,11 @@ class StepTimeWriter:
                 meta = scalar_metadata.create_summary_metadata(
                     display_name=f"{tag} [{unit}]" if unit else tag,
                     description=DESCRIPTIONS.get(base, ""))
-            else:
-                meta = scalar_metadata.create_summary_metadata(display_name=None,
-                                                               description=None)
+            else:  # later values only need to say they are scalars
+                if self._plain_metadata is None:
+                    self._plain_metadata = scalar_metadata.create_summary_metadata(
+                        display_name=None, description=None)
+                meta = self._plain_metadata
             tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(v)])
             out.append(summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=meta))
         self._writer(run).add_event(event_pb2.Event(

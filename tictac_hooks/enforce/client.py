@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import grpc
 
@@ -212,18 +212,6 @@ def _roll_back(clients: Mapping[str, GateClient], done: Mapping[str, InstallResu
     if cleared:
         out.append(f"rolled back: {', '.join(cleared)} cleared again (TensorFlow's order)")
     return "; ".join(out + stuck)
-
-
-def check_matches(schedule: Schedule, results: Iterable[InstallResult]) -> None:
-    results = list(results)
-    if not any(r.served for r in results):
-        return  # nothing served yet: cannot tell
-    if not any(r.expected for r in results if r.served):
-        example = schedule.order[0] if schedule.order else "(empty)"
-        raise ScheduleError(
-            f"none of the {len(schedule)} scheduled transfers (e.g. {example!r}) is a "
-            "transfer these PSes have served; was the schedule computed for another "
-            "model? `tictac schedule stats` lists the names they serve")
 
 
 def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> None:

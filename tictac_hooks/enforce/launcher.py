@@ -105,6 +105,11 @@ class Task:
         return self.process.poll() is None
 
 
+def _died(task: "Task") -> str:
+    return (f"task {task.job}:{task.index} ({task.address}) died (exit "
+            f"{task.process.returncode})")
+
+
 class ClusterError(RuntimeError):
     """A local cluster task failed to start or died."""
 
@@ -362,16 +367,12 @@ class LocalCluster:
             if late or (deadline is not None and time.monotonic() > deadline):
                 _kill_groups(procs)
                 if late:
-                    t = dead[0]
-                    raise ClusterError(f"task {t.job}:{t.index} ({t.address}) died (exit "
-                                       f"{t.process.returncode}); its clients were stopped "
-                                       f"after {dead_task_grace_s:.0f} s")
+                    raise ClusterError(f"{_died(dead[0])}; its clients were stopped after "
+                                       f"{dead_task_grace_s:.0f} s")
                 raise ClusterError(f"the clients did not finish within {timeout_s:.0f} s")
         dead = [t for t in self.tasks if not t.alive]
         if dead and any(p.returncode for p in procs):
-            t = dead[0]
-            raise ClusterError(f"task {t.job}:{t.index} ({t.address}) died (exit "
-                               f"{t.process.returncode}) while its clients ran")
+            raise ClusterError(f"{_died(dead[0])} while its clients ran")
         return [p.returncode for p in procs]
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
