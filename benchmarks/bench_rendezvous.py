@@ -42,9 +42,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tictac_hooks.enforce.client import connect  # noqa: E402
-from tictac_hooks.enforce.launcher import LocalCluster, repo_pythonpath  # noqa: E402
-from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread  # noqa: E402
-from tictac_hooks.enforce.server import free_port  # noqa: E402
+from tictac_hooks.cluster.launcher import LocalCluster, repo_pythonpath  # noqa: E402
+from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread  # noqa: E402
+from tictac_hooks.ports import free_port  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()

@@ -50,8 +50,8 @@ def run_on_cluster(train: Callable[[dict], None], num_ps: int, num_workers: int)
     if FLAGS.cluster_spec:  # the child: the coordinator itself
         train(json.loads(FLAGS.cluster_spec))
         return
-    from tictac_hooks.enforce import netns
-    from tictac_hooks.enforce.launcher import LocalCluster
+    from tictac_hooks.cluster import netns
+    from tictac_hooks.cluster.launcher import LocalCluster
     shaped, why = (False, "--network=loopback") if FLAGS.network == "loopback" \
         else netns.available()
     if FLAGS.network == "shaped" and not shaped:
@@ -82,7 +82,7 @@ def _coordinate(cluster: Any, host: str | None, link_bytes_per_s: int | None = N
     """Runs this program again as the coordinator against ``cluster``; returns its exit
     code. If a cluster task dies, the coordinator is stopped within
     DEAD_TASK_GRACE_S, with one line naming the task (LocalCluster.run_clients)."""
-    from tictac_hooks.enforce.launcher import ClusterError
+    from tictac_hooks.cluster.launcher import ClusterError
     argv = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:],
             f"--cluster_spec={json.dumps(cluster.spec)}"]
     if link_bytes_per_s:

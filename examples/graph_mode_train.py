@@ -170,7 +170,7 @@ def main(argv):
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
 
-    from tictac_hooks.enforce.launcher import LocalCluster
+    from tictac_hooks.cluster.launcher import LocalCluster
 
     log_dir = FLAGS.log_dir or os.path.join("runs", "graph_mode_train")
     if FLAGS.cluster_spec:  # a client, started by the parent below
@@ -186,7 +186,7 @@ def main(argv):
         return
     # The clients run in child processes, so that a PS that dies cannot hang this one:
     # LocalCluster.run_clients stops them, naming the task, within a few seconds.
-    from tictac_hooks.enforce.launcher import ClusterError
+    from tictac_hooks.cluster.launcher import ClusterError
     with LocalCluster(num_ps=FLAGS.ps, num_workers=FLAGS.workers, rendezvous=True) as cluster:
         me = [sys.executable, os.path.abspath(__file__), *sys.argv[1:],
               f"--cluster_spec={json.dumps(cluster.spec)}"]

@@ -97,7 +97,7 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
 @pytest.mark.root
 def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_quietly(
         tmp_path):
-    from tictac_hooks.enforce import netns
+    from tictac_hooks.cluster import netns
     ok, why = netns.available()
     if not ok:
         pytest.skip(f"no shaped network here: {why}")
@@ -140,7 +140,7 @@ def test_an_invalid_flag_value_fails_with_absl_message():
 
 @pytest.mark.cluster
 def test_a_ps_without_rendezvous_gives_an_actionable_error():
-    from tictac_hooks.enforce.launcher import LocalCluster
+    from tictac_hooks.cluster.launcher import LocalCluster
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=False) as cluster:
         controller = Controller(cluster.ps_addresses, Settings.resolve())
         with pytest.raises(TicTacSetupError, match=r"ps:0 .*tictac ps --cluster-spec"):
@@ -148,7 +148,7 @@ def test_a_ps_without_rendezvous_gives_an_actionable_error():
 
 
 def test_unreachable_ps_gives_an_actionable_error():
-    from tictac_hooks.enforce.server import free_port
+    from tictac_hooks.ports import free_port
     controller = Controller([f"127.0.0.1:{free_port()}"], Settings.resolve())
     with pytest.raises(TicTacSetupError, match="cannot reach|rendezvous"):
         controller.connect()

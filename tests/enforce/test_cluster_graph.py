@@ -14,7 +14,7 @@ import pytest
 
 from tictac_hooks.enforce.client import (RendezvousClient, RendezvousError, connect,
                                          install_everywhere)
-from tictac_hooks.enforce.launcher import LocalCluster
+from tictac_hooks.cluster.launcher import LocalCluster
 from tictac_hooks.graph.schedule import Schedule
 
 tf = pytest.importorskip("tensorflow")
@@ -175,7 +175,7 @@ def _version(cluster):
 
 def test_an_unreachable_ps_refuses_the_install_before_any_ps_changes(cluster):
     from tictac_hooks.enforce.client import InstallError
-    from tictac_hooks.enforce.server import free_port
+    from tictac_hooks.ports import free_port
     connect(cluster.ps_addresses[0]).clear()
     before = _version(cluster)
     with pytest.raises(InstallError, match="nothing was installed on any PS"):

@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tictac_hooks.enforce import netns
-from tictac_hooks.enforce.launcher import repo_pythonpath
+from tictac_hooks.cluster import netns
+from tictac_hooks.cluster.launcher import repo_pythonpath
 
 OK, WHY = netns.available()
 pytestmark = [pytest.mark.root, pytest.mark.cluster]

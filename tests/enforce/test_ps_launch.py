@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from tictac_hooks.enforce.client import RendezvousClient, RendezvousError, connect
-from tictac_hooks.enforce.launcher import repo_pythonpath
-from tictac_hooks.enforce.procs import die_with_parent
-from tictac_hooks.enforce.server import free_port
+from tictac_hooks.cluster.launcher import repo_pythonpath
+from tictac_hooks.cluster.procs import die_with_parent
+from tictac_hooks.ports import free_port
 
 TICTAC = [sys.executable, "-m", "tictac_hooks.cli"]  # the `tictac` command
 START_TIMEOUT_S = 45.0
@@ -220,7 +220,7 @@ def test_tf_config_given_inline_and_a_ps_task_given_to_tictac_server():
 
 PARENT = textwrap.dedent("""
     import json, sys, threading, time
-    from tictac_hooks.enforce.launcher import LocalCluster
+    from tictac_hooks.cluster.launcher import LocalCluster
 
     def start():
         # log_dir: the SIGKILLed parent can never remove a temporary one of its own.

@@ -1,7 +1,7 @@
 """`tictac bench`: TensorFlow's default vs TicTac on a shaped network, in one run.
 
 Every task (PS, workers, the client) runs in its own network namespace behind a veth
-link shaped with ``tc`` (:class:`~tictac_hooks.enforce.netns.ShapedNetwork`). There are
+link shaped with ``tc`` (:class:`~tictac_hooks.cluster.netns.ShapedNetwork`). There are
 two sets of ``W`` identical worker tasks with identical links: the *interposed* set
 reaches the PS tasks through the TicTac gate (schedules "rendezvous" = the gate with no
 schedule, "tic", "tac", "random", "layer"), the *direct* set reaches plain TensorFlow
@@ -78,7 +78,7 @@ class BenchConfig:
 
 def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:
     """``auto`` (comm/comp = 1), ``auto:R`` (comm/comp = R) or a rate like ``500mbit``."""
-    from tictac_hooks.enforce.netns import rate_bits
+    from tictac_hooks.cluster.netns import rate_bits
     out = []
     for spec in specs:
         spec = spec.strip()
@@ -106,8 +106,8 @@ def machine_load() -> dict[str, Any]:
 
 def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Runs one configuration (every bandwidth of it) and returns the result JSON."""
-    from tictac_hooks.enforce import netns
-    from tictac_hooks.enforce.launcher import LocalCluster
+    from tictac_hooks.cluster import netns
+    from tictac_hooks.cluster.launcher import LocalCluster
     config.validate()
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
     rates = parse_rates(config.bandwidth)

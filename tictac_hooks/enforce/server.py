@@ -15,49 +15,16 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import socket
 from typing import Any, Mapping
 
 from tictac_hooks import checks
+from tictac_hooks.ports import free_port
 from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, Gate
 from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
 
 DEFAULT_BIND_HOST = "127.0.0.1"
 NATIVE_PROTOCOL = "grpc+tictac"
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low, high = (int(x) for x in f.read().split())
-            return low, high
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the caller binds it soon after).
-
-    Picked below the kernel's ephemeral range where possible: the many short-lived
-    outgoing connections of a test run take their source ports from that range, and
-    one of them could take a port between this check and the server's bind.
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    low, _ = _ephemeral_range()
-    if low > 12000:
-        for _ in range(50):
-            port = random.randrange(10000, low - 1)
-            with socket.socket(family) as s:
-                try:
-                    s.bind((host, port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket(family) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from tictac_hooks.enforce.launcher import LocalCluster
+from tictac_hooks.cluster.launcher import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

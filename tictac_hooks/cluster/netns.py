@@ -13,8 +13,10 @@ trip ``2 * latency_ms``.
 Names: every namespace is ``ttnet-<owner pid>-<random id>-<host>`` (the bridge's host
 is ``br``). :meth:`ShapedNetwork.close` (also on ``with`` exit, at interpreter exit and
 on SIGINT/SIGTERM) kills the processes it started and deletes its namespaces, which
-destroys the veth pairs and the bridge with them. :func:`cleanup_stale` removes what a
-crashed run (owner pid gone) left behind.
+destroys the veth pairs and the bridge with them (:mod:`tictac_hooks.cluster.cleanup`).
+:func:`cleanup_stale` removes what a crashed run (owner pid gone) left behind. What is
+measured over such a network (bulk transfers, round trips, bytes through a link) is in
+:mod:`tictac_hooks.bench.probes`.
 
 Needs root, ``ip`` and ``tc`` (iproute2), and the ``tbf`` qdisc; ``latency_ms > 0``
 also needs ``netem`` (``CONFIG_NET_SCH_NETEM``), which some kernels lack.
@@ -24,16 +26,14 @@ Example:
   ok, why = available()
   if ok:
       with ShapedNetwork(["ps0", "worker0"], rate="1gbit") as net:
-          print(net.address("ps0"), net.bulk_transfer("ps0", "worker0", 64 << 20))
+          print(net.address("ps0"), net.can_connect("worker0", net.address("ps0") + ":22"))
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import dataclasses
-import json
 import os
 import re
 import secrets
@@ -42,11 +42,10 @@ import signal
 import socket
 import subprocess
 import threading
-import time
-import weakref
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
-from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread
+from tictac_hooks.cluster import cleanup
+from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread
 
 PREFIX = "ttnet"
 SUBNET = "10.213.0"
@@ -55,8 +54,6 @@ _CLONE_NEWNET = 0x40000000
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 _STALE = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-")
 _GSO_MAX = 64 << 10
-_LIVE: "weakref.WeakSet[ShapedNetwork]" = weakref.WeakSet()
-_PREVIOUS_HANDLERS: dict[int, Any] = {}
 T = TypeVar("T")
 
 
@@ -179,7 +176,8 @@ def cleanup_stale(force: bool = False) -> list[str]:
     """Deletes namespaces (and so their links) that earlier runs left behind: those
     named ``ttnet-<pid>-...`` whose owner process is gone (every ``ttnet-`` namespace
     not owned by a live network of this process when ``force``). Returns their names."""
-    own = {ns for net in list(_LIVE) for ns in net.namespaces()}
+    own = {ns for net in cleanup.live() if isinstance(net, ShapedNetwork)
+           for ns in net.namespaces()}
     stale = []
     for name in _namespaces():
         m = _STALE.match(name)
@@ -219,44 +217,6 @@ def available(latency: bool = False) -> tuple[bool, str]:
     finally:
         with contextlib.suppress(Exception):
             _cmd(["ip", "netns", "delete", probe], check=False)
-
-
-def _close_all_live() -> None:
-    for net in list(_LIVE):
-        net.close()
-
-
-def _on_signal(signum: int, frame: Any) -> None:
-    _close_all_live()
-    previous = _PREVIOUS_HANDLERS.get(signum, signal.SIG_DFL)
-    if callable(previous):
-        previous(signum, frame)
-    elif previous == signal.SIG_DFL:
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-
-
-def _install_signal_handlers() -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        current = signal.getsignal(signum)
-        if current in (_on_signal, signal.SIG_IGN, None):
-            continue
-        _PREVIOUS_HANDLERS[signum] = current
-        signal.signal(signum, _on_signal)
-
-
-def _restore_signal_handlers() -> None:
-    if _LIVE or threading.current_thread() is not threading.main_thread():
-        return
-    for signum, previous in list(_PREVIOUS_HANDLERS.items()):
-        if signal.getsignal(signum) is _on_signal:
-            signal.signal(signum, previous)
-        del _PREVIOUS_HANDLERS[signum]
-
-
-atexit.register(_close_all_live)
 
 
 class ShapedNetwork:
@@ -315,9 +275,6 @@ class ShapedNetwork:
         self.namespace(host)
         return f"{self.subnet}.{self.hosts.index(host) + 1}"
 
-    def link_shape(self, host: str) -> LinkShape:
-        return self._shapes[host]
-
     # -- lifecycle -------------------------------------------------------------------
 
     def open(self) -> "ShapedNetwork":
@@ -329,9 +286,8 @@ class ShapedNetwork:
             if not ok:
                 raise NetworkError(f"latency_ms={self.shape.latency_ms} cannot be "
                                    f"emulated here: {why}; use latency_ms=0")
-        _LIVE.add(self)
+        cleanup.register(self)
         self._open = True
-        _install_signal_handlers()
         try:
             br = self.namespace(BRIDGE_HOST)
             _cmd(["ip", "netns", "add", br])
@@ -417,8 +373,7 @@ class ShapedNetwork:
             present = set(_namespaces())
             _delete_namespaces([ns for ns in self.namespaces() if ns in present])
             self._open = False
-        _LIVE.discard(self)
-        _restore_signal_handlers()
+        cleanup.unregister(self)
 
     def __enter__(self) -> "ShapedNetwork":
         return self.open()
@@ -477,107 +432,9 @@ class ShapedNetwork:
         finally:
             sock.close()
 
-    # -- diagnostics -----------------------------------------------------------------
-
-    def egress_bytes(self, host: str) -> int:
-        """Bytes the host's egress token bucket has sent (``tc -s``)."""
-        out = _cmd(["tc", "-j", "-s", "-n", self.namespace(host), "qdisc", "show", "dev",
-                    "eth0"])
-        return sum(int(q.get("bytes", 0)) for q in json.loads(out) if q.get("kind") == "tbf")
-
-    @contextlib.contextmanager
-    def _serving(self, host: str, serve: Callable[[socket.socket], None], timeout_s: float):
-        """Accepts one TCP connection on ``host`` and hands it to ``serve`` in a thread
-        there; yields the port, and joins the thread (bounded) on exit."""
-        with self.listener(host) as (server, port):
-            server.settimeout(timeout_s)
-
-            def accept_and_serve() -> None:
-                conn, _ = server.accept()
-                with conn:
-                    conn.settimeout(timeout_s)
-                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    serve(conn)
-
-            thread = threading.Thread(target=lambda: call_in_netns(
-                self.namespace(host), accept_and_serve, timeout_s * 2), daemon=True)
-            thread.start()
-            try:
-                yield port
-            finally:
-                thread.join(timeout_s * 2)
-
-    def bulk_transfer(self, src: str, dst: str, nbytes: int, timeout_s: float = 60.0
-                      ) -> dict[str, float]:
-        """Sends ``nbytes`` over one TCP connection from ``src`` to ``dst``. Returns
-        seconds (first to last byte at the receiver), goodput bit/s, and the wire rate
-        (bytes through ``src``'s token bucket, headers included, per second)."""
-        if nbytes <= 0:
-            raise ValueError(f"nbytes must be > 0, got {nbytes}")
-        box: dict[str, float] = {}
-
-        def receive(conn: socket.socket) -> None:
-            got, first, buf = 0, None, bytearray(1 << 20)
-            while got < nbytes:
-                n = conn.recv_into(buf)
-                if n == 0:
-                    break
-                first = first or time.perf_counter()
-                got += n
-            box["seconds"] = time.perf_counter() - (first or time.perf_counter())
-            box["received"] = got
-            conn.sendall(b"k")
-
-        def send(port: int) -> None:
-            chunk = memoryview(bytes(1 << 20))
-            with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
-                for offset in range(0, nbytes, len(chunk)):
-                    s.sendall(chunk[:min(len(chunk), nbytes - offset)])
-                s.recv(1)
-
-        before = self.egress_bytes(src)
-        with self._serving(dst, receive, timeout_s) as port:
-            self.call(src, lambda: send(port), timeout_s + 5)
-        sent = self.egress_bytes(src) - before
-        if box.get("received") != nbytes:
-            raise NetworkError(f"bulk transfer {src}->{dst}: {box.get('received')} of "
-                               f"{nbytes} bytes arrived")
-        secs = max(box["seconds"], 1e-9)
-        return {"seconds": secs, "goodput_bits": nbytes * 8 / secs,
-                "wire_bits": sent * 8 / secs}
-
-    def tcp_rtt(self, src: str, dst: str, count: int = 20, timeout_s: float = 10.0
-                ) -> list[float]:
-        """Round trips (seconds) of 1-byte echoes over one TCP_NODELAY connection."""
-        count = max(1, min(int(count), 1000))
-
-        def echo(conn: socket.socket) -> None:
-            for _ in range(count + 1):
-                if not conn.recv(1):
-                    return
-                conn.sendall(b"e")
-
-        def ping(port: int) -> list[float]:
-            with socket.create_connection((self.address(dst), port), timeout=timeout_s) as s:
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                s.sendall(b"p")
-                s.recv(1)  # warm-up (ARP)
-                rtts = []
-                for _ in range(count):
-                    t0 = time.perf_counter()
-                    s.sendall(b"p")
-                    if not s.recv(1):
-                        break
-                    rtts.append(time.perf_counter() - t0)
-                return rtts
-
-        with self._serving(dst, echo, timeout_s) as port:
-            return self.call(src, lambda: ping(port), timeout_s * 2)
-
-
 def cluster_hosts(num_ps: int, num_workers: int, chief: bool = False,
                   clients: Sequence[str] = ("client",)) -> list[str]:
-    """The host names :class:`~tictac_hooks.enforce.launcher.LocalCluster` expects:
+    """The host names :class:`~tictac_hooks.cluster.launcher.LocalCluster` expects:
     ps0.., worker0.., "chief" when ``chief``, then ``clients``."""
     return ([f"ps{i}" for i in range(num_ps)] + [f"worker{i}" for i in range(num_workers)]
             + (["chief"] if chief else []) + list(clients))

@@ -1,12 +1,13 @@
 """Local clusters on localhost for tests, examples and benchmarks.
 
 :class:`LocalCluster` starts PS tasks (with the TicTac gate, native or behind the
-proxy, or plain) and worker tasks as separate processes, waits until each answers gRPC, and tears every process
-down on exit, also when the caller fails: each child runs in its own process group that
-is killed as a whole; a child dies with its parent (``PR_SET_PDEATHSIG`` on Linux); an
-``atexit`` hook kills whatever is left.
+proxy, or plain) and worker tasks as separate processes, waits until each answers gRPC,
+and tears every process down on exit, also when the caller fails: each child runs in its
+own process group that is killed as a whole; a child dies with its parent
+(``PR_SET_PDEATHSIG`` on Linux); at interpreter exit and on SIGINT/SIGTERM the registry
+of :mod:`tictac_hooks.cluster.cleanup` kills whatever is left.
 
-With ``network=`` a :class:`~tictac_hooks.enforce.netns.ShapedNetwork`, every task runs
+With ``network=`` a :class:`~tictac_hooks.cluster.netns.ShapedNetwork`, every task runs
 in its own network namespace behind a shaped link instead, at ``<host address>:2222``
 (a proxied PS's TensorFlow server behind the rendezvous at ``:2223``); clients run there too,
 through :meth:`LocalCluster.spawn_in`.
@@ -23,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import json
@@ -34,29 +34,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from tictac_hooks.enforce.api import BACKENDS
-from tictac_hooks.enforce.procs import die_with_parent, on_lasting_thread
-from tictac_hooks.enforce.server import free_port
+from tictac_hooks.cluster import cleanup
+from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread
+from tictac_hooks.ports import free_port
 
 if TYPE_CHECKING:
-    from tictac_hooks.enforce.netns import ShapedNetwork
+    from tictac_hooks.cluster.netns import ShapedNetwork
 
 TASK_PORT = 2222  # every task's address in a shaped network: <its host>:TASK_PORT
 PRIVATE_PORT = 2223  # a proxied PS's TensorFlow server behind the rendezvous, there
-
-_LIVE: "weakref.WeakSet[LocalCluster]" = weakref.WeakSet()
-
-
-def _kill_all_live() -> None:
-    for cluster in list(_LIVE):
-        cluster.close()
-
-
-atexit.register(_kill_all_live)
-
 
 def _kill_groups(procs: Sequence[subprocess.Popen]) -> None:
     """SIGKILLs each process's whole group and reaps it."""
@@ -138,9 +127,9 @@ class LocalCluster:
         a plain TensorFlow PS twin of each gated PS, job ``ps-direct`` here, on the same
         host, holding its own copy of the variables, so run the initializer through
         a direct worker too).
-      network: an open :class:`~tictac_hooks.enforce.netns.ShapedNetwork` with hosts
+      network: an open :class:`~tictac_hooks.cluster.netns.ShapedNetwork` with hosts
         ``ps<i>``, ``worker<i>`` (and ``chief`` when ``chief``), see
-        :func:`~tictac_hooks.enforce.netns.cluster_hosts`; each task runs in its
+        :func:`~tictac_hooks.cluster.netns.cluster_hosts`; each task runs in its
         host's namespace (default None: every task on 127.0.0.1). The caller opens and
         closes the network around the cluster. The caller's own namespace cannot reach
         the tasks then: run clients with :meth:`spawn_in`.
@@ -250,7 +239,7 @@ class LocalCluster:
         if self.backend == "native" and any(self.enforcing):
             from tictac_hooks.enforce.native.build import build
             build()  # once, here, rather than in every PS at once (cached afterwards)
-        _LIVE.add(self)
+        cleanup.register(self)
         for attempt in range(3):
             try:
                 return self._start_once()
@@ -425,7 +414,7 @@ class LocalCluster:
         """Kills every process this cluster started and removes its temporary log
         directory, if it made one (idempotent; error messages quote the logs before)."""
         _kill_groups([t.process for t in self.tasks] + self._extra)
-        _LIVE.discard(self)
+        cleanup.unregister(self)
         if self._own_log_dir and self.log_dir:
             shutil.rmtree(self.log_dir, ignore_errors=True)
             self.log_dir = None
