@@ -12,6 +12,7 @@ import pytest
 
 from tictac_hooks.bench import metrics
 from tictac_hooks.bench.metrics import StepRecord
+from tictac_hooks.graph.simulate import efficiency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -34,22 +35,22 @@ def test_comm_seconds_takes_the_bottleneck_link():
 
 def test_efficiency_paper_eq4():
     # comp 1, comm 1: U = 2, L = 1; m = L -> 1, m = U -> 0.
-    assert metrics.efficiency(1.0, 1.0, 1.0) == pytest.approx(1.0)
-    assert metrics.efficiency(2.0, 1.0, 1.0) == pytest.approx(0.0)
-    assert metrics.efficiency(1.5, 1.0, 1.0) == pytest.approx(0.5)
-    assert metrics.efficiency(1.0, 1.0, 0.0) is None
+    assert efficiency(1.0, 1.0 + 1.0, max(1.0, 1.0)) == pytest.approx(1.0)
+    assert efficiency(2.0, 1.0 + 1.0, max(1.0, 1.0)) == pytest.approx(0.0)
+    assert efficiency(1.5, 1.0 + 1.0, max(1.0, 1.0)) == pytest.approx(0.5)
+    assert efficiency(1.0, 1.0 + 0.0, max(1.0, 0.0)) is None
 
 
 @pytest.mark.parametrize("makespan", [0.5, 0.99, 2.01, 3.0])
 def test_efficiency_is_never_outside_zero_one(makespan):
     # L = 1, U = 2: a makespan outside [L, U] gives no E, never a value outside [0, 1].
-    assert metrics.efficiency(makespan, 1.0, 1.0) is None
+    assert efficiency(makespan, 1.0 + 1.0, max(1.0, 1.0)) is None
     steps = [metrics.StepRecord("tic", makespan, (makespan,)),
              metrics.StepRecord("tic", 1.5, (1.5,))]
     s = metrics.summarize(steps, 8, comp=1.0, comm=1.0)
     assert s["efficiency_median"] == pytest.approx(0.5) and s["efficiency_steps"] == 1
     assert "1 of 2 steps" in s["efficiency_note"]
-    for e in (metrics.efficiency(m / 10, 1.0, 1.0) for m in range(0, 40)):
+    for e in (efficiency(m / 10, 1.0 + 1.0, max(1.0, 1.0)) for m in range(0, 40)):
         assert e is None or 0.0 <= e <= 1.0
 
 
@@ -152,7 +153,7 @@ def test_report_markdown_and_plots(tmp_path):
 def test_quick_bench_on_a_shaped_network(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root: the benchmark builds network namespaces shaped with tc")
-    from tictac_hooks.enforce import netns
+    from tictac_hooks.cluster import netns
     ok, why = netns.available()
     if not ok:
         pytest.skip(f"no shaped network here: {why}")

@@ -28,7 +28,7 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
-from tictac_hooks.graph.simulate import measured_efficiency
+from tictac_hooks.graph.simulate import efficiency
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +88,6 @@ def comm_seconds(bytes_per_ps: Sequence[float], num_workers: int, rate_bits: flo
     return 8.0 * max(per_ps, sum(bytes_per_ps)) / rate_bits
 
 
-def efficiency(makespan: float, comp: float, comm: float) -> float | None:
-    """Paper Eq. 4: E = (U - m) / (U - L) with U = comp + comm, L = max(comp, comm);
-    None when U = L or m is outside [L, U] (see simulate.measured_efficiency)."""
-    return measured_efficiency(makespan, comp + comm, max(comp, comm))
-
-
 def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Violations and matched share from rendezvous step records (one per step, worker
     and PS): transfers that broke the installed order (``violations``), their share
@@ -131,7 +125,7 @@ def summarize(steps: Sequence[StepRecord], global_batch: int, comp: float | None
     unbounded = 0
     if comp is not None and comm is not None:
         for s in steps:
-            e = efficiency(s.makespan, comp, comm)
+            e = efficiency(s.makespan, comp + comm, max(comp, comm))  # U, L of Eq. 4
             if e is not None:
                 effs.append(e)
             elif comm + comp - max(comp, comm) > 1e-12:

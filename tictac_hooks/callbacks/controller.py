@@ -19,7 +19,7 @@ from tictac_hooks import flags as tictac_flags
 from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.steplog import StepLog
 from tictac_hooks.callbacks.tensorboard import PROFILING, StepRecord, StepTimeWriter
-from tictac_hooks.graph.simulate import measured_efficiency
+from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -203,7 +203,7 @@ class Controller:
         per_ps = [r["bytes"] / self._link_rate for r in step.per_ps.values()]
         upper = sum(per_ps) + self.compute_seconds
         lower = max(max(per_ps), self.compute_seconds)
-        return measured_efficiency(step_time, upper, lower)
+        return efficiency(step_time, upper, lower)
 
     def _paused_within(self, start: float, end: float) -> float:
         """Seconds of TicTac's own pauses inside [start, end]."""

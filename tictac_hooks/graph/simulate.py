@@ -23,15 +23,17 @@ from tictac_hooks.graph.dag import RECV, Graph, GraphError
 from tictac_hooks.graph.schedule import Schedule
 
 
-def measured_efficiency(makespan: float, upper: float, lower: float) -> float | None:
-    """E = (U - m) / (U - L) (Eq. 4) of a *measured* makespan m, or None where it is not
+def efficiency(makespan: float, upper: float, lower: float) -> float | None:
+    """E = (U - m) / (U - L) (paper Eq. 4), the one definition every E in the package
+    uses (simulated, benchmarked, and per step in TensorBoard); None where it is not
     an efficiency: U = L (nothing to schedule), or m outside [L, U]. A measured step
     faster than L or slower than U means the time oracle behind U and L does not bound
     that step (compute or transfer times over- or underestimated), so no E is reported
     for it rather than a number outside [0, 1]."""
-    if not upper - lower > 1e-12 or not lower <= makespan <= upper:
+    tolerance = 1e-9 * max(abs(upper), 1.0)  # float rounding of sums, not a real miss
+    if not upper - lower > 1e-12 or not lower - tolerance <= makespan <= upper + tolerance:
         return None
-    return (upper - makespan) / (upper - lower)
+    return min(1.0, max(0.0, (upper - makespan) / (upper - lower)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,10 +46,9 @@ class Bounds:
     dependency_lower: float = math.nan  # L* (see dependency_lower_bound), >= L
 
     def efficiency(self, makespan: float) -> float:
-        """E = (U - m) / (U - L) (Eq. 4); NaN where U = L (nothing to schedule)."""
-        if self.upper == self.lower:
-            return math.nan
-        return (self.upper - makespan) / (self.upper - self.lower)
+        """E of a makespan under these bounds (:func:`efficiency`); NaN where it has none."""
+        e = efficiency(makespan, self.upper, self.lower)
+        return math.nan if e is None else e
 
     def dependency_efficiency(self, makespan: float) -> float:
         """E* = (U - m) / (U - L*): E measured against the dependency-aware bound."""
