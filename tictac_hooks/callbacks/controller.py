@@ -49,19 +49,25 @@ class Settings:
     skip_timeout: float
     stats_every: int
     window_bytes: int = tictac_flags.DEFAULTS["window_bytes"]
+    check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]          # 0: no order check
+    check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
 
     @classmethod
     def resolve(cls, algorithm: str | None = None, profile_steps: int | None = None,
                 log_dir: str | None = None, skip_timeout: float | None = None,
                 stats_every: int | None = None,
-                window_bytes: int | None = None) -> "Settings":
+                window_bytes: int | None = None, check_rounds: int | None = None,
+                check_block_steps: int | None = None) -> "Settings":
         setting = tictac_flags.setting
         return cls(**cls.check(algorithm=setting("algorithm", algorithm),
                                profile_steps=setting("profile_steps", profile_steps),
                                log_dir=setting("log_dir", log_dir),
                                skip_timeout=setting("skip_timeout", skip_timeout),
                                stats_every=setting("stats_every", stats_every),
-                               window_bytes=setting("window_bytes", window_bytes)))
+                               window_bytes=setting("window_bytes", window_bytes),
+                               check_rounds=setting("check_rounds", check_rounds),
+                               check_block_steps=setting("check_block_steps",
+                                                         check_block_steps)))
 
     @staticmethod
     def check(**values: Any) -> dict[str, Any]:
@@ -76,6 +82,8 @@ class Settings:
             "skip_timeout": lambda v: checks.seconds("skip_timeout", v),
             "stats_every": lambda v: checks.whole_number("stats_every", v, 1),
             "window_bytes": check_window,
+            "check_rounds": lambda v: checks.whole_number("check_rounds", v, 0),
+            "check_block_steps": lambda v: checks.whole_number("check_block_steps", v, 2),
         }
         return {name: None if value is None else checkers[name](value)
                 for name, value in values.items()}
@@ -127,11 +135,9 @@ class Controller:
                  join: "Callable[[], None] | None" = None, verbose: bool = True) -> None:
         self.ps_addresses = list(ps_addresses)
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
-        # from the --tictac_check_* flags when parsed, else the built-in defaults.
+        # the settings' (argument, else --tictac_check_* flag, else built-in default).
         if check is None:
-            check = order_check.CheckPlan(
-                int(tictac_flags.setting("check_rounds", None)),
-                int(tictac_flags.setting("check_block_steps", None)))
+            check = order_check.CheckPlan(settings.check_rounds, settings.check_block_steps)
         self.check = check if check.rounds and install else None
         self.check_result: dict[str, Any] | None = None
         self._join = join  # waits until dispatched steps ran (PSS: coordinator.join)

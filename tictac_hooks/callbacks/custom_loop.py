@@ -7,13 +7,15 @@ train under it in a custom loop. This object gives such a loop what the callback
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
+from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
+from tictac_hooks.callbacks.step_function import dag_of, traced_function
 
+POLL_EVERY_STEPS = 50  # read step records from the PSes every this many steps
 
 
 class TicTacLoop:
@@ -40,6 +42,11 @@ class TicTacLoop:
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       window_bytes: the proxy's look-ahead window, >= 0 (``--tictac_window_bytes``,
         default 1048576).
+      check_rounds: the order check after the switch: this many pairs of blocks,
+        TicTac's order then TensorFlow's, after which the faster is kept (default 3,
+        ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
+      check_block_steps: steps per block of the check, >= 2 (default 20,
+        ``--tictac_check_block_steps``).
 
     Example (Keras 3; no ``TF_USE_LEGACY_KERAS`` needed in a custom loop):
       ```python
@@ -62,7 +69,8 @@ class TicTacLoop:
                  profile_steps: int | None = None, log_dir: str | None = None,
                  skip_timeout: float | None = None, model: Any = None,
                  batch_size: int = 32, bandwidth: float | None = None,
-                 window_bytes: int | None = None) -> None:
+                 window_bytes: int | None = None, check_rounds: int | None = None,
+                 check_block_steps: int | None = None) -> None:
         if not hasattr(step_function, "_list_all_concrete_functions"):
             raise TicTacSetupError(
                 "step_function must be the tf.function the loop passes to "
@@ -76,10 +84,20 @@ class TicTacLoop:
         self.batch_size = batch_size
         self.bandwidth = bandwidth
         self.settings = Settings.resolve(algorithm, profile_steps, log_dir, skip_timeout,
-                                         window_bytes=window_bytes)
+                                         window_bytes=window_bytes,
+                                         check_rounds=check_rounds,
+                                         check_block_steps=check_block_steps)
+        if self.settings.algorithm == "tac" and model is None:
+            raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
+                                   "measure compute times; or use algorithm='tic'")
         self.controller: Controller | None = None
         self.summary: dict[str, Any] | None = None
-        self.steps = 0
+        self._driver: StepDriver | None = None
+
+    @property
+    def steps(self) -> int:
+        """Steps counted so far (calls of :meth:`step`)."""
+        return self._driver.steps if self._driver else 0
 
     def __enter__(self) -> "TicTacLoop":
         self.start()
@@ -89,49 +107,37 @@ class TicTacLoop:
         self.finish()
 
     def start(self) -> None:
-        """Connects to every PS's rendezvous (clear error if one has none)."""
-        from tictac_hooks.patches import keras_internals
-        spec = keras_internals.strategy_cluster_spec(self.coordinator.strategy)
-        self.controller = Controller(ps_addresses_from_cluster_spec(spec), self.settings,
-                                     join=self.coordinator.join)
-        self.controller.connect()
+        """Connects to every PS's gate (clear error if one has none)."""
+        self._driver = StepDriver(self._ps_addresses(), self.settings,
+                                  find_dag=self._find_dag, join=self.coordinator.join,
+                                  poll_every=POLL_EVERY_STEPS)
+        self.controller = self._driver.controller
+        self._driver.start()
 
     def step(self) -> None:
         """Call once after each ``coordinator.schedule`` of the step function."""
-        if self.controller is None:
+        if self._driver is None:
             self.start()
-        self.steps += 1
-        if self.steps == self.settings.profile_steps:
-            self._switch()
-        else:
-            if self.steps > self.settings.profile_steps:
-                self.controller.step_dispatched()
-            if self.steps % 50 == 0:
-                self.controller.poll()
+        self._driver.step()
 
     def finish(self) -> dict[str, Any]:
         """Waits for scheduled steps, reads the final statistics, writes the logs."""
-        if self.controller is None:
+        if self._driver is None:
             return {}
-        self.coordinator.join()
-        self.summary = self.controller.finish()
+        self.summary = self._driver.finish()
         return self.summary
 
-    def _switch(self) -> None:
-        from tictac_hooks.callbacks.keras_callback import switch_from_function
+    # --- where a custom loop keeps what the driver needs -------------------------------------
+    def _ps_addresses(self) -> list[str]:
         from tictac_hooks.patches import keras_internals
-        pause_start = time.time()
-        self.coordinator.join()  # the profiled steps ran; the PSes recorded them
-        functions = keras_internals.traced_step_functions(self.step_function)
-        if not functions:
-            raise TicTacSetupError("the step function has not been traced yet")
+        spec = keras_internals.strategy_cluster_spec(self.coordinator.strategy)
+        return ps_addresses_from_cluster_spec(spec)
+
+    def _find_dag(self) -> StepDAG:
+        concrete = traced_function(self.step_function, "the step function")
         compute_times = None
         if self.model is not None:
             from tictac_hooks.callbacks.compute_profile import compute_times_for
             compute_times = compute_times_for(self.model, self.batch_size, training=True,
                                               required=self.settings.algorithm == "tac")
-        elif self.settings.algorithm == "tac":
-            raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
-                                   "measure compute times; or use algorithm='tic'")
-        switch_from_function(self.controller, functions[-1], compute_times, self.bandwidth)
-        self.controller.mark_pause(pause_start, time.time())
+        return dag_of(concrete, compute_times, self.bandwidth)

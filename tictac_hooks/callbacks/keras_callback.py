@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import time
 from typing import Any
 
 from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
+from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
+from tictac_hooks.callbacks.step_function import dag_of, traced_function
 
 log = logging.getLogger("tictac")
 
@@ -66,6 +67,11 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         sent to the PS ahead of their turn while at most this many bytes are in flight,
         a whole number >= 0 (default 1048576, ``--tictac_window_bytes``; 0: strictly one
         at a time; the native gate has no window).
+      check_rounds: the order check after the switch: this many pairs of blocks,
+        TicTac's order then TensorFlow's, after which the faster is kept (default 3,
+        ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
+      check_block_steps: steps per block of the check, >= 2 (default 20,
+        ``--tictac_check_block_steps``).
 
     Example:
       ```python
@@ -88,10 +94,13 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def __init__(self, algorithm: str | None = None, profile_steps: int | None = None,
                  log_dir: str | None = None, skip_timeout: float | None = None,
                  bandwidth: float | None = None, measure_compute: bool = True,
-                 stats_every: int | None = None, window_bytes: int | None = None) -> None:
+                 stats_every: int | None = None, window_bytes: int | None = None,
+                 check_rounds: int | None = None,
+                 check_block_steps: int | None = None) -> None:
         Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
                        skip_timeout=skip_timeout, stats_every=stats_every,
-                       window_bytes=window_bytes)
+                       window_bytes=window_bytes, check_rounds=check_rounds,
+                       check_block_steps=check_block_steps)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
         if not isinstance(measure_compute, bool):
@@ -105,10 +114,12 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.bandwidth = bandwidth
         self.measure_compute = measure_compute
         self.stats_every = stats_every
+        self.check_rounds = check_rounds
+        self.check_block_steps = check_block_steps
         self.controller: Controller | None = None   # of the current / last run
         self.summary: dict[str, Any] | None = None  # of the last finished run
-        self._run: _Run | None = None
-        self._epochs = 0
+        self._driver: StepDriver | None = None       # of the current run
+        self._mode: str | None = None                # "train", "test" or "predict"
         # Batch-level hooks under ParameterServerStrategy (logs stay RemoteValues).
         from tictac_hooks.patches import keras_internals
         keras_internals.allow_batch_hooks_under_pss(self)
@@ -122,34 +133,30 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self._begin("train")
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        self._epochs += 1
-        if self._run and self._epochs % self._run.controller.settings.stats_every == 0:
-            self._run.controller.poll()
+        if self._driver and self._mode == "train":
+            self._driver.epoch_end()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self._run and self._run.mode == "train":
-            self._run.after_step()
+        self._step("train")
 
     def on_train_end(self, logs: Any = None) -> None:
         self._end("train")
 
     def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self._run and self._run.mode == "test":
-            self._run.after_step()
+        self._step("test")
 
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self._run and self._run.mode == "predict":
-            self._run.after_step()
+        self._step("predict")
 
     def on_test_begin(self, logs: Any = None) -> None:
-        if self._run and self._run.mode == "train":
-            self._run.controller.suspend()  # validation inside fit: TF's own order
+        if self._driver and self._mode == "train":
+            self._driver.suspend()  # validation inside fit: TF's own order
         else:
             self._begin("test")
 
     def on_test_end(self, logs: Any = None) -> None:
-        if self._run and self._run.mode == "train":
-            self._run.controller.resume()
+        if self._driver and self._mode == "train":
+            self._driver.resume()
         else:
             self._end("test")
 
@@ -159,80 +166,61 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def on_predict_end(self, logs: Any = None) -> None:
         self._end("predict")
 
-    # --- runs ------------------------------------------------------------------------------
+    # --- runs: one StepDriver per fit / evaluate / predict call ----------------------------
     def _begin(self, mode: str) -> None:
         settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
                                     self.skip_timeout, self.stats_every,
-                                    self.window_bytes)
+                                    self.window_bytes, self.check_rounds,
+                                    self.check_block_steps)
         if settings.log_dir and mode != "train":
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers).
         jobs = ("chief",) if mode == "predict" else ("worker",)
-        controller = Controller(_ps_addresses(self.model), settings, destination_jobs=jobs,
-                                join=lambda: _join(self.model))
-        controller.connect()
-        self.controller = controller
-        self._run = _Run(self, mode, controller)
+        driver = StepDriver(self._ps_addresses(), settings,
+                            find_dag=lambda: self._find_dag(mode), join=self._join,
+                            destination_jobs=jobs)
+        self.controller = driver.controller
+        driver.start()
+        self._driver, self._mode = driver, mode
+
+    def _step(self, mode: str) -> None:
+        """A step of the current run was dispatched (scheduled on a worker under PSS)."""
+        if self._driver and self._mode == mode:
+            self._driver.step()
 
     def _end(self, mode: str) -> None:
-        run = self._run
-        if run is None or run.mode != mode:
+        driver = self._driver
+        if driver is None or self._mode != mode:
             return
+        self.summary = driver.finish()
+        self._driver = self._mode = None
+        if driver.settings.log_dir:
+            log.info("TicTac: TensorBoard summaries in %s", driver.settings.log_dir)
+
+    # --- where tf_keras keeps what the driver needs -----------------------------------------
+    def _ps_addresses(self) -> list[str]:
+        return _ps_addresses(self.model)
+
+    def _join(self) -> None:
         _join(self.model)
-        self.summary = run.controller.finish()
-        self._run = None
-        if run.controller.settings.log_dir:
-            log.info("TicTac: TensorBoard summaries in %s", run.controller.settings.log_dir)
+
+    def _find_dag(self, mode: str) -> StepDAG:
+        """The DAG of the step function fit runs (traced by now), with the compute
+        profile when asked for or when TAC needs it."""
+        concrete = traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
+                                   f"Keras's {mode} function")
+        algorithm = self.controller.settings.algorithm
+        compute_times = None
+        if self.measure_compute or algorithm == "tac":
+            from tictac_hooks.callbacks.compute_profile import compute_times_for
+            compute_times = compute_times_for(
+                self.model, _batch_size(concrete), training=mode == "train",
+                required=algorithm == "tac")
+        return dag_of(concrete, compute_times, self.bandwidth)
 
 
 _MODE_FUNCTION = {"train": "train_function", "test": "test_function",
                   "predict": "predict_function"}
-
-
-class _Run:
-    """One fit / evaluate / predict call: counts its steps, switches at step N."""
-
-    def __init__(self, callback: TicTac, mode: str, controller: Controller) -> None:
-        self.callback, self.mode, self.controller = callback, mode, controller
-        self.steps = 0
-
-    def after_step(self) -> None:
-        """Called as each step is dispatched (scheduled on a worker under PSS)."""
-        self.steps += 1
-        if self.steps == self.controller.settings.profile_steps:
-            self.switch()
-        elif self.steps > self.controller.settings.profile_steps:
-            self.controller.step_dispatched()
-
-    def switch(self) -> None:
-        from tictac_hooks.patches import keras_internals
-        model = self.callback.model
-        pause_start = time.time()
-        _join(model)  # the profiled steps must have run, so the PSes saw them
-        step_function = getattr(model, _MODE_FUNCTION[self.mode])
-        functions = keras_internals.traced_step_functions(step_function)
-        if not functions:
-            raise TicTacSetupError(f"Keras has not traced its {self.mode} function yet")
-        compute_times = None
-        cb = self.callback
-        if cb.measure_compute or self.controller.settings.algorithm == "tac":
-            from tictac_hooks.callbacks.compute_profile import compute_times_for
-            compute_times = compute_times_for(
-                model, _batch_size(functions[-1]), training=self.mode == "train",
-                required=self.controller.settings.algorithm == "tac")
-        switch_from_function(self.controller, functions[-1], compute_times, cb.bandwidth)
-        self.controller.mark_pause(pause_start, time.time())
-
-
-def switch_from_function(controller: Controller, concrete: Any,
-                         compute_times: dict[str, float] | None = None,
-                         bandwidth: float | None = None) -> None:
-    """Extracts the DAG of a traced step function and switches ``controller`` to it."""
-    from tictac_hooks.graph import tf_extract
-    extraction = tf_extract.extract_concrete_function(concrete, remote_variables=["/job:ps"])
-    # Reads ordered after same-step work (their inputs were dropped) are left unscheduled.
-    controller.switch(extraction.graph, compute_times, bandwidth=bandwidth,
-                      late=set(extraction.dropped_inputs))
 
 
 def _batch_size(concrete: Any, default: int = 32) -> int:

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
+from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
 
 log = logging.getLogger("tictac")
 
@@ -54,6 +55,11 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         ``TF_CONFIG`` task is the chief / worker 0).
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
+      check_rounds: the order check after the switch: this many pairs of blocks,
+        TicTac's order then TensorFlow's, after which the faster is kept (default 3,
+        ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
+      check_block_steps: steps per block of the check, >= 2 (default 20,
+        ``--tictac_check_block_steps``).
 
     Example:
       ```python
@@ -77,9 +83,12 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                  log_dir: str | None = None, skip_timeout: float | None = None,
                  cluster_spec: Any = None, workers: Sequence[str] | None = None,
                  is_chief: bool | None = None, bandwidth: float | None = None,
-                 poll_every: int = 50, window_bytes: int | None = None) -> None:
+                 poll_every: int = 50, window_bytes: int | None = None,
+                 check_rounds: int | None = None,
+                 check_block_steps: int | None = None) -> None:
         Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
-                       skip_timeout=skip_timeout, window_bytes=window_bytes)
+                       skip_timeout=skip_timeout, window_bytes=window_bytes,
+                       check_rounds=check_rounds, check_block_steps=check_block_steps)
         checks.whole_number("poll_every", poll_every, 1)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
@@ -103,26 +112,30 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         self.is_chief = is_chief
         self.bandwidth = bandwidth
         self.poll_every = poll_every
+        self.check_rounds = check_rounds
+        self.check_block_steps = check_block_steps
         self.controller: Controller | None = None
         self.summary: dict[str, Any] | None = None
-        self._step = 0
+        self._driver: StepDriver | None = None
         self._traced: list[Any] = []
+        self._trace_start = 0.0
 
     # --- hook methods -----------------------------------------------------------------------
     def begin(self) -> None:
         settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
-                                    self.skip_timeout, window_bytes=self.window_bytes)
-        spec = self.cluster_spec if self.cluster_spec is not None else _tf_config()["cluster"]
-        self.controller = Controller(ps_addresses_from_cluster_spec(spec), settings,
-                                     install=self._chief())
-        self.controller.connect()
-        self._step = 0
+                                    self.skip_timeout, window_bytes=self.window_bytes,
+                                    check_rounds=self.check_rounds,
+                                    check_block_steps=self.check_block_steps)
+        self._driver = StepDriver(self._ps_addresses(), settings, find_dag=self._find_dag,
+                                  install=self._chief(), poll_every=self.poll_every)
+        self.controller = self._driver.controller
+        self._driver.start()
         self._traced = []
 
     def before_run(self, run_context: Any) -> Any:
-        import tensorflow as tf
-        n = self.controller.settings.profile_steps
-        if self.controller.schedule is None and n - min(TRACED_STEPS, n) <= self._step < n:
+        n = self._driver.settings.profile_steps
+        if not self._driver.switched and n - min(TRACED_STEPS, n) <= self._driver.steps:
+            import tensorflow as tf
             self._trace_start = time.time()
             options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
                                               output_partition_graphs=True)
@@ -130,33 +143,31 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         return None
 
     def after_run(self, run_context: Any, run_values: Any) -> None:
-        self._step += 1
-        n = self.controller.settings.profile_steps
         metadata = run_values.run_metadata
         if metadata is not None and metadata.partition_graphs:
             self._traced.append(metadata)
             # Tracing slows the step: its interval is not a step time.
             self.controller.mark_pause(self._trace_start, time.time())
-        if self._step == n:
-            self._switch()
-        elif self._step % self.poll_every == 0:
-            self.controller.poll()
+        self._driver.step()
 
     def end(self, session: Any) -> None:
-        if self.controller is not None:
-            self.summary = self.controller.finish()
+        if self._driver is not None:
+            self.summary = self._driver.finish()
 
-    # --- the switch ---------------------------------------------------------------------------
-    def _switch(self) -> None:
+    # --- where graph mode keeps what the driver needs ----------------------------------------
+    def _ps_addresses(self) -> list[str]:
+        spec = self.cluster_spec if self.cluster_spec is not None else _tf_config()["cluster"]
+        return ps_addresses_from_cluster_spec(spec)
+
+    def _find_dag(self) -> StepDAG:
+        """The DAG per worker task from the traced steps' partition graphs and the time
+        oracle from their step_stats."""
         if not self._traced:
             raise TicTacSetupError("no traced step: the session did not return run metadata "
                                    "(is the hook's RunOptions honoured by this session?)")
-        pause_start = time.time()
         graphs, compute, late = traced_worker_graphs(self._traced, self.workers)
-        self.controller.switch(graphs, compute_times=compute, bandwidth=self.bandwidth,
-                               late=late)
         self._traced = []  # free the metadata
-        self.controller.mark_pause(pause_start, time.time())
+        return StepDAG(graphs, compute, late=frozenset(late), bandwidth=self.bandwidth)
 
     def _chief(self) -> bool:
         if self.is_chief is not None:

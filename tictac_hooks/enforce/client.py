@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any, Mapping, Sequence
 
@@ -119,6 +118,10 @@ def connect(address: str, timeout_s: float = 10.0, backend: str = "auto") -> Gat
     """
     if backend not in ("auto",) + BACKENDS:
         raise ValueError(f"backend must be one of auto, native, proxy; got {backend!r}")
+    from tictac_hooks.enforce import inprocess
+    served_here = inprocess.lookup(address)
+    if served_here is not None:  # a gate in this process (serve_in_process)
+        return inprocess.InProcessClient(address, served_here)
     if backend == "auto":
         backend = _DETECTED.get(address, "")
         if not backend:
@@ -231,29 +234,3 @@ def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> dict[
         merged["ps"][address] = stats
         merged["steps"] += [dict(s, ps=address) for s in steps]
     return merged
-
-
-@dataclasses.dataclass(frozen=True)
-class StepTiming:
-    """One worker's transfers of one step at one PS: span = last hand-back - first
-    arrival."""
-
-    step_id: int
-    worker: str
-    ps: str
-    start: float
-    end: float
-    bytes: int
-    transfers: int
-    skips: int
-
-    @property
-    def span_s(self) -> float:
-        return self.end - self.start
-
-
-def step_timings(stats: dict[str, Any]) -> list[StepTiming]:
-    """Per (step, worker, PS) transfer spans from :func:`stats_everywhere` output."""
-    return [StepTiming(s["step_id"], s["worker"], s.get("ps", stats.get("ps", "")),
-                       s["start"], s["end"], s["bytes"], len(s["order"]), s["skips"])
-            for s in stats["steps"] if s["order"]]

@@ -1,0 +1,248 @@
+"""The three frontends (TicTac, TicTacLoop, TicTacHook) driven through their own hook
+methods against Python gates in this process, behind the client interface: no cluster,
+no network, seconds.
+
+What a worker would do at the PS, the test does on the gate: each step, every transfer
+of the DAG is requested in a random order (as TensorFlow's) and handed back when the
+gate lets it go. Only where each framework keeps the PS addresses and the step's DAG is
+replaced (``_ps_addresses``, ``_find_dag``); the step counting, the switch, the order
+check, the polls, the pause marking and the summary are the frontends' own code. The
+cluster tests (test_keras_callback.py, test_cluster_graph.py, test_examples.py) run the
+same frontends end to end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import types
+
+import pytest
+
+from tictac_hooks.callbacks import order_check
+from tictac_hooks.callbacks.frontend import StepDAG
+from tictac_hooks.enforce import inprocess
+from tictac_hooks.enforce.gate import Gate
+from tictac_hooks.graph.dag import Graph, Op
+
+PS = "127.0.0.1:61001"
+WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
+PROFILE_STEPS = 4
+ROUNDS, BLOCK = 2, 3
+AFTER_CHECK = 5
+
+
+def _dag() -> Graph:
+    """Six parameter reads, two layers deep, on ps:0."""
+    recvs = [Op(f"p{i}/read", "recv", channel="ps:0", bytes=1000 * (i + 1)) for i in range(6)]
+    compute = [Op("l0", "compute", ("p0/read", "p1/read", "p2/read")),
+               Op("l1", "compute", ("l0", "p3/read", "p4/read")),
+               Op("l2", "compute", ("l1", "p5/read"))]
+    return Graph(recvs + compute)
+
+
+class Workers:
+    """The worker side at the PS: one step = every transfer requested, in a random
+    order, and handed back when the gate releases it."""
+
+    def __init__(self, gate: Gate, graph: Graph, seed: int = 0) -> None:
+        self.gate, self.names = gate, [op.name for op in graph.recvs]
+        self.sizes = {op.name: op.bytes for op in graph.recvs}
+        self.rng = random.Random(seed)
+        self.ids = itertools.count(1000)
+        self.loop = asyncio.new_event_loop()
+
+    def step(self) -> None:
+        step_id = next(self.ids)
+        order = self.names[:]
+        self.rng.shuffle(order)
+
+        async def one(name: str) -> None:
+            ticket = self.gate.arrive(step_id, WORKER, name)
+            turn = self.gate.request(ticket)
+            if turn is not None:
+                await turn
+            ticket.nbytes = self.sizes[name]
+            self.gate.completed(ticket)
+            self.gate.handed_back(ticket)
+
+        async def all_of_them() -> None:
+            await asyncio.gather(*(one(n) for n in order))
+        self.loop.run_until_complete(all_of_them())
+
+    def close(self) -> None:
+        self.loop.close()
+
+
+def _keras(settings: dict, dag: StepDAG, monkeypatch):
+    from tictac_hooks import TicTac
+    cb = TicTac(measure_compute=False, **settings)
+    monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(cb, "_find_dag", lambda mode: dag)
+    monkeypatch.setattr(cb, "_join", lambda: None)
+    epochs = {"n": 0}
+
+    def begin():
+        cb.on_train_begin()
+
+    def step(i):
+        cb.on_train_batch_end(i)
+        if (i + 1) % 5 == 0:  # an epoch of 5 steps
+            cb.on_epoch_end(epochs["n"])
+            epochs["n"] += 1
+
+    def end():
+        cb.on_train_end()
+        return cb.summary
+    return cb, begin, step, end
+
+
+def _loop(settings: dict, dag: StepDAG, monkeypatch):
+    import tensorflow as tf
+    from tictac_hooks import TicTacLoop
+    coordinator = types.SimpleNamespace(join=lambda: None, strategy=None)
+    loop = TicTacLoop(coordinator, tf.function(lambda: tf.constant(0)), **settings)
+    monkeypatch.setattr(loop, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(loop, "_find_dag", lambda: dag)
+    return loop, loop.start, lambda i: loop.step(), loop.finish
+
+
+def _hook(settings: dict, dag: StepDAG, monkeypatch):
+    from tictac_hooks import TicTacHook
+    hook = TicTacHook(cluster_spec={"ps": [PS], "worker": ["127.0.0.1:61002"]},
+                      poll_every=5, **settings)
+    monkeypatch.setattr(hook, "_find_dag", lambda: dag)
+    values = types.SimpleNamespace(run_metadata=None)
+
+    def step(i):
+        hook.before_run(None)
+        hook.after_run(None, values)
+
+    def end():
+        hook.end(None)
+        return hook.summary
+    return hook, hook.begin, step, end
+
+
+ADAPTERS = {"keras": _keras, "loop": _loop, "hook": _hook}
+# Polls each frontend makes on its own cadence: Keras every epoch (5 steps here), the
+# hook every poll_every = 5 steps, the loop every 50 steps.
+CADENCE = {"keras": 5, "hook": 5, "loop": 50}
+
+
+@pytest.fixture
+def gate():
+    g = Gate(skip_after_s=5.0, window_bytes=0)
+    with inprocess.serve_in_process(PS, g):
+        yield g
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
+    graph = _dag()
+    # window_bytes=0: the Python gate hands back strictly one at a time (no look-ahead).
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, log_dir=str(tmp_path),
+                    window_bytes=0,
+                    check_rounds=ROUNDS, check_block_steps=BLOCK)
+    frontend, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
+    workers = Workers(gate, graph)
+    begin()
+    calls = inprocess.calls(PS)
+    assert calls["ping"] == 1 and calls["clear"] == 1 and gate.schedule_version is None
+
+    versions = []  # the schedule each step ran under, as the gate bound it
+    total = PROFILE_STEPS + 2 * ROUNDS * BLOCK + 1 + AFTER_CHECK
+    for i in range(total):
+        workers.step()
+        versions.append(gate.records()[-1]["schedule_version"])
+        step(i)
+        if i + 1 < PROFILE_STEPS:
+            assert gate.schedule_version is None, f"installed before step {PROFILE_STEPS}"
+    summary = end()
+    workers.close()
+
+    # Profiling in TensorFlow's order, then the check's blocks: T (installed), D
+    # (cleared), T, D; then the decision holds for every later step. A frontend sets
+    # the state for the steps after the one it was told of, so the first block also
+    # holds the step right after the switch.
+
+    plan = order_check.CheckPlan(ROUNDS, BLOCK)
+    assert versions[:PROFILE_STEPS] == [None] * PROFILE_STEPS
+    during = versions[PROFILE_STEPS:PROFILE_STEPS + plan.total_steps + 1]
+    expected = [True] + [plan.scheduled_block(n) for n in range(plan.total_steps)]
+    assert [v is not None for v in during] == expected, versions
+    decision = summary["check"]["decision"]
+    assert decision in (order_check.TICTAC, order_check.DEFAULT, None)
+    kept = decision != order_check.DEFAULT
+    assert all((v is not None) == kept for v in versions[-AFTER_CHECK:]), versions
+
+    # Every step the gate ran under TicTac's order handed its transfers back in it
+    # (priorities non-decreasing; transfers of one tie group in any order).
+    schedule = frontend.controller.schedule
+    assert sorted(schedule.order) == sorted(op.name for op in graph.recvs)
+    scheduled = [r for r in gate.records() if r["schedule_version"] is not None]
+    assert len(scheduled) == sum(v is not None for v in versions)
+    for rec in scheduled:
+        priorities = [t["priority"] for t in rec["transfers"]]
+        assert [t["state"] for t in rec["transfers"]] == ["listed"] * len(graph.recvs)
+        assert priorities == sorted(priorities) and rec["skips"] == 0, rec["order"]
+
+    # One install at the switch, one more for each T block after a D block, and one
+    # when the decision keeps TicTac's order; a clear for each D block and for "default".
+    calls = inprocess.calls(PS)
+    assert calls["install"] == ROUNDS + (1 if kept else 0)
+    assert calls["clear"] == 1 + ROUNDS
+
+    # Polls: the frontend's cadence, plus the switch, the check's end and the finish
+    # (and the finish's transfer timeline, written to log_dir).
+    cadence = sum(1 for i in range(1, total + 1)
+                  if i % CADENCE[adapter] == 0 and i != PROFILE_STEPS)
+    assert calls["stats"] == cadence + 3 + 1, (adapter, calls)
+
+    # The summary and the logs: the worker's steps in both orders, the pause of the
+    # switch kept out of the medians, the decision with its rule.
+    worker = summary["workers"][WORKER] if "workers" in summary else summary[WORKER]
+    assert worker["steps"] == total
+    assert sum(worker["excluded"].values()) >= 2  # first step, the switch's pause, ...
+    assert worker["excluded"].get("paused", 0) >= 1
+    on_disk = json.loads((tmp_path / "tictac_summary.json").read_text())
+    assert on_disk["check"]["decision"] == decision
+    assert (tmp_path / "tictac_transfers.trace.json").exists()
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_check_off_keeps_the_order_from_the_switch_on(adapter, gate, monkeypatch):
+    graph = _dag()
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, check_rounds=0)
+    frontend, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
+    workers = Workers(gate, graph, seed=1)
+    begin()
+    versions = []
+    for i in range(PROFILE_STEPS + 8):
+        workers.step()
+        versions.append(gate.records()[-1]["schedule_version"])
+        step(i)
+    summary = end()
+    workers.close()
+    assert versions[:PROFILE_STEPS] == [None] * PROFILE_STEPS
+    assert all(v is not None for v in versions[PROFILE_STEPS:])
+    assert "check" not in summary
+    assert inprocess.calls(PS)["install"] == 1
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_algorithm_none_installs_nothing(adapter, gate, monkeypatch):
+    graph = _dag()
+    settings = dict(algorithm="none", profile_steps=PROFILE_STEPS)
+    _, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
+    workers = Workers(gate, graph, seed=2)
+    begin()
+    for i in range(PROFILE_STEPS + 6):
+        workers.step()
+        step(i)
+    end()
+    workers.close()
+    assert inprocess.calls(PS)["install"] == 0
+    assert all(r["schedule_version"] is None for r in gate.records())

@@ -1,0 +1,99 @@
+"""A gate in this process behind the client interface: the frontends' tests and
+simulations talk to it exactly as they talk to a PS.
+
+``with serve_in_process("127.0.0.1:50001", Gate()) as gate:`` makes
+:func:`tictac_hooks.enforce.client.connect` answer for that address with an
+:class:`InProcessClient` of ``gate`` (the Python gate, or anything with its methods),
+so TicTac, TicTacLoop and TicTacHook run their whole control path (ping, clear, install,
+stats, the order check's reinstalls) with no PS process and no network. What a worker
+would do, request transfers, the caller does on the gate itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import threading
+from typing import Any, Iterator
+
+from tictac_hooks import checks
+from tictac_hooks.enforce.api import GateClient
+from tictac_hooks.enforce.gate import Gate, InstallResult
+from tictac_hooks.graph.schedule import Schedule
+
+_SERVED: dict[str, Gate] = {}
+_CALLS: "dict[str, collections.Counter[str]]" = {}
+_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def serve_in_process(address: str, gate: Gate) -> Iterator[Gate]:
+    """While inside, ``connect(address)`` reaches ``gate`` in this process."""
+    checks.address("address", address)
+    with _LOCK:
+        if address in _SERVED:
+            raise ValueError(f"{address} is already served in this process")
+        _SERVED[address] = gate
+        _CALLS[address] = collections.Counter()
+    try:
+        yield gate
+    finally:
+        with _LOCK:
+            _SERVED.pop(address, None)
+
+
+def lookup(address: str) -> Gate | None:
+    with _LOCK:
+        return _SERVED.get(address)
+
+
+def calls(address: str) -> "collections.Counter[str]":
+    """How often each control verb reached the gate served at ``address`` (ping,
+    install, clear, stats, served), over every client of it."""
+    with _LOCK:
+        return collections.Counter(_CALLS.get(address, ()))
+
+
+class InProcessClient(GateClient):
+    """The client interface over a gate in this process (what the control services of
+    both backends do, as plain calls)."""
+
+    backend = "inprocess"
+
+    def __init__(self, address: str, gate: Gate) -> None:
+        self.address = address
+        self.gate = gate
+
+    def _count(self, verb: str) -> None:
+        with _LOCK:
+            if self.address in _CALLS:
+                _CALLS[self.address][verb] += 1
+
+    def ping(self) -> bool:
+        self._count("ping")
+        return True
+
+    def install(self, schedule: Schedule, skip_after_s: float | None = None,
+                window_bytes: int | None = None,
+                pace_rate: float | None = None) -> InstallResult:
+        self._count("install")
+        if skip_after_s is not None:
+            self.gate.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
+        if window_bytes is not None:
+            self.gate.window_bytes = checks.whole_number("window_bytes", window_bytes, 0)
+        return self.gate.install(schedule)
+
+    def clear(self) -> int:
+        self._count("clear")
+        return self.gate.clear()
+
+    def stats(self, include_active: bool = True) -> dict[str, Any]:
+        self._count("stats")
+        return dict(self.gate.summary(), steps=self.gate.records(include_active))
+
+    def served_names(self) -> list[str]:
+        self._count("served")
+        return self.gate.served_names()
+
+    def close(self) -> None:
+        pass
