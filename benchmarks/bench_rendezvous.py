@@ -45,6 +45,7 @@ from tictac_hooks.enforce.client import connect  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster, repo_pythonpath  # noqa: E402
 from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread  # noqa: E402
 from tictac_hooks.ports import free_port  # noqa: E402
+from tictac_hooks.records import GateStep  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
@@ -346,8 +347,8 @@ def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
             s.run(train)
             # The transfers of a training step, scheduled in reverse of the order
             # TensorFlow used (any fixed order exercises the gate the same way).
-            served = [t["name"] for step in client.stats()["steps"][-1:]
-                      for t in step["transfers"]]
+            last = GateStep.from_json(client.stats()["steps"][-1])
+            served = [t.name for t in last.transfers]
             client.install(Schedule.from_order("memory", list(reversed(served))))
             s.run(train)
             rss = {0: rss_mib(pid)}

@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from tictac_hooks.bench import probes  # noqa: E402
 from tictac_hooks.cluster import netns  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
+from tictac_hooks.records import GateStep  # noqa: E402
 
 
 def _abba(n: int):
@@ -109,10 +110,10 @@ def client(cfg: dict) -> dict:
     for s, _ in runs:
         s.close()
     out["step_seconds"], out["block_medians"] = steps, blocks
-    stats = connect(cfg["ps"]).stats()["steps"]
+    steps = [GateStep.from_json(st) for st in connect(cfg["ps"]).stats()["steps"]]
     out["rendezvous_steps_by_worker"] = {}
-    for st in stats:
-        key = str(st.get("worker"))
+    for st in steps:
+        key = st.worker
         out["rendezvous_steps_by_worker"][key] = out["rendezvous_steps_by_worker"].get(key, 0) + 1
     return out
 

@@ -11,16 +11,16 @@ import sys
 import pytest
 
 from tictac_hooks.bench import metrics
-from tictac_hooks.bench.metrics import StepRecord
+from tictac_hooks.records import ClientStep, GateStep
 from tictac_hooks.graph.simulate import efficiency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_straggler_is_largest_wait_share_of_the_step():
-    step = StepRecord("none", 2.0, (1.0, 1.5, 1.8))
+    step = ClientStep("none", 2.0, (1.0, 1.5, 1.8))
     assert step.straggler_pct() == pytest.approx(100 * 0.8 / 2.0)
-    assert StepRecord("none", 2.0, (1.0,)).straggler_pct() == 0.0
+    assert ClientStep("none", 2.0, (1.0,)).straggler_pct() == 0.0
     assert step.makespan == 1.8
 
 
@@ -45,8 +45,8 @@ def test_efficiency_paper_eq4():
 def test_efficiency_is_never_outside_zero_one(makespan):
     # L = 1, U = 2: a makespan outside [L, U] gives no E, never a value outside [0, 1].
     assert efficiency(makespan, 1.0 + 1.0, max(1.0, 1.0)) is None
-    steps = [metrics.StepRecord("tic", makespan, (makespan,)),
-             metrics.StepRecord("tic", 1.5, (1.5,))]
+    steps = [ClientStep("tic", makespan, (makespan,)),
+             ClientStep("tic", 1.5, (1.5,))]
     s = metrics.summarize(steps, 8, comp=1.0, comm=1.0)
     assert s["efficiency_median"] == pytest.approx(0.5) and s["efficiency_steps"] == 1
     assert "1 of 2 steps" in s["efficiency_note"]
@@ -55,8 +55,8 @@ def test_efficiency_is_never_outside_zero_one(makespan):
 
 
 def test_summarize_and_compare():
-    base = [StepRecord("none", t, (t * 0.5, t * 0.9)) for t in (1.0, 2.0, 1.0, 2.0)]
-    tic = [StepRecord("tic", t, (t * 0.89, t * 0.9)) for t in (1.0, 1.0, 1.0, 1.1)]
+    base = [ClientStep("none", t, (t * 0.5, t * 0.9)) for t in (1.0, 2.0, 1.0, 2.0)]
+    tic = [ClientStep("tic", t, (t * 0.89, t * 0.9)) for t in (1.0, 1.0, 1.0, 1.1)]
     a = metrics.summarize(base, global_batch=8, comp=0.6, comm=0.6)
     b = metrics.summarize(tic, global_batch=8, comp=0.6, comm=0.6)
     assert a["throughput"] == pytest.approx(8 * 4 / 6.0)
@@ -78,13 +78,19 @@ def test_quantile_nearest_rank():
     assert metrics.quantile([5], 0.95) == 5
 
 
+def _gate_step(order, violations, skips, version, unlisted=()):
+    return GateStep(step_id=1, worker="/job:worker/replica:0/task:0/device:CPU:0",
+                    schedule_version=version, algorithm=None, complete=True,
+                    order=tuple(order), transfers=(), bytes=0, start=0.0, end=0.0,
+                    skipped=(), skips=skips, violations=violations, reordered=0,
+                    unlisted=tuple(unlisted))
+
+
 def test_rendezvous_counts():
     records = [
-        {"order": ["a", "b", "c"], "violations": 1, "skips": 0, "schedule_version": 3,
-         "unlisted": ["c"]},
-        {"order": ["a", "b"], "violations": 0, "skips": 1, "schedule_version": 3,
-         "unlisted": []},
-        {"order": ["a"], "violations": 0, "skips": 0, "schedule_version": None},
+        _gate_step(["a", "b", "c"], violations=1, skips=0, version=3, unlisted=["c"]),
+        _gate_step(["a", "b"], violations=0, skips=1, version=3),
+        _gate_step(["a"], violations=0, skips=0, version=None),
     ]
     c = metrics.rendezvous_counts(records)
     assert c["transfers"] == 6 and c["violations"] == 1 and c["skips"] == 1
@@ -118,7 +124,7 @@ def _result(shaped: bool = True) -> dict:
     steps = {"none": [1.0, 1.2, 1.4, 1.1], "tic": [0.8, 0.8, 0.81, 0.8]}
     sched = {}
     for name, times in steps.items():
-        recs = [StepRecord(name, t, (t * 0.7, t * 0.9)) for t in times]
+        recs = [ClientStep(name, t, (t * 0.7, t * 0.9)) for t in times]
         sched[name] = metrics.summarize(recs, 4, 0.5, 0.5)
         sched[name].update(violations=0 if name == "tic" else None,
                            violation_pct=0.0 if name == "tic" else None,

@@ -5,7 +5,7 @@ import pytest
 
 from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.order_check import CheckPlan, decide, paired_ratios, run_medians
-from tictac_hooks.callbacks.tensorboard import CHECK, PROFILING, SCHEDULED, StepRecord
+from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
 
 W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
 
@@ -15,7 +15,7 @@ def steps(worker, pattern, t0=0.0):
     out, t, i = [], t0, 0
     for phase, times in pattern:
         for x in times:
-            out.append(StepRecord(worker=worker, step=i, start=t, step_time=x,
+            out.append(WorkerStep(worker=worker, step=i, start=t, step_time=x,
                                   transfer_span=0.0, phase=phase))
             t += x
             i += 1
@@ -57,7 +57,7 @@ def test_decision_keeps_tictac_when_the_median_pair_is_not_slower_and_clears_oth
     slower = steps(W0, [(SCHEDULED, [2, 2, 2, 2]), (CHECK, [1, 1, 1, 1])] * 2)
     assert decide(slower, plan, "tac")["decision"] == order_check.DEFAULT
     # Paused steps and steps without a time are not in any median.
-    odd = [StepRecord(W0, 0, 0.0, None, 0.0, SCHEDULED)] + steps(W0, [(SCHEDULED, [3])], 1)
+    odd = [WorkerStep(W0, 0, 0.0, None, 0.0, SCHEDULED)] + steps(W0, [(SCHEDULED, [3])], 1)
     assert run_medians(odd)[W0] == [] or all(m > 0 for _, m, _ in run_medians(odd)[W0])
 
 

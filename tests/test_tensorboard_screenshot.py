@@ -14,8 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import tensorboard_screenshot as shot  # noqa: E402
 
-from tictac_hooks.callbacks.tensorboard import (CHECK, PROFILING, SCHEDULED, StepRecord,  # noqa: E402
-                                               StepTimeWriter)
+from tictac_hooks.callbacks.tensorboard import StepTimeWriter  # noqa: E402
+from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep  # noqa: E402
 
 W = "/job:worker/replica:0/task:{}/device:CPU:0"
 
@@ -29,7 +29,7 @@ def write_logs(log_dir):
         for i in range(60):
             phase = PROFILING if i < 10 else (SCHEDULED if (i - 10) // 10 % 2 == 0 else CHECK)
             step_time = 0.40 if phase == SCHEDULED else 0.46
-            records.append(StepRecord(W.format(w), i, t, step_time, 0.1, phase))
+            records.append(WorkerStep(W.format(w), i, t, step_time, 0.1, phase))
             t += step_time
         blocks[W.format(w)] = [(SCHEDULED, 0.40, list(range(10, 20))),
                                (CHECK, 0.46, list(range(20, 30)))]

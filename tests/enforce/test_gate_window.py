@@ -155,8 +155,16 @@ def test_a_tensor_sent_twice_is_ordered_by_its_full_names():
 def test_steplog_judges_the_order_transfers_were_sent_in():
     from tictac_hooks.callbacks.steplog import _Pending
 
+    from tictac_hooks.records import GateStep
+
     def rec(transfers, **kw):
-        return _Pending({"ps:0": {"skips": 0, "violations": 0, "transfers": transfers, **kw}})
+        full = [dict(t, bytes=8, arrive=1.0, release=1.0, handback=2.0) for t in transfers]
+        step = {"step_id": 1, "worker": DEST, "schedule_version": 1, "algorithm": "tic",
+                "complete": True, "order": [t["name"] for t in transfers],
+                "transfers": full, "bytes": 8 * len(full), "start": 1.0, "end": 2.0,
+                "skipped": [], "skips": 0, "violations": 0, "reordered": 0, "unlisted": [],
+                **kw}
+        return _Pending({"ps:0": GateStep.from_json(step)})
     sent_in_order = [  # answered b, a (window), sent a, b
         {"name": "b", "state": "listed", "priority": 1, "release_seq": 8},
         {"name": "a", "state": "listed", "priority": 0, "release_seq": 7},

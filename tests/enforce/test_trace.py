@@ -27,8 +27,15 @@ def _transfer(name, state, arrive, handback, priority=-1, nbytes=8, release=None
 
 
 def _step(ps, worker, step_id, transfers, skipped=()):
+    """A step record with every field of records.GateStep."""
+    handed = [t for t in transfers if t["handback"]]
     return {"ps": ps, "worker": worker, "step_id": step_id, "complete": True,
-            "transfers": transfers, "skipped": list(skipped),
+            "schedule_version": None, "algorithm": None,
+            "order": [t["name"] for t in handed], "transfers": transfers,
+            "skipped": list(skipped), "skips": len(skipped), "violations": 0,
+            "reordered": 0, "unlisted": [],
+            "start": min((t["arrive"] for t in transfers), default=T0),
+            "end": max((t["handback"] for t in handed), default=T0),
             "bytes": sum(t["bytes"] for t in transfers)}
 
 

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
+from tictac_hooks.records import ClientStep, GateStep
 
 DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvous
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
@@ -48,13 +49,13 @@ class Runner:
         for session in self.sessions:  # a native PS's direct twin holds its own copy
             session.run(self.work.init)
 
-    def step(self, which: int, **kwargs: Any) -> metrics.StepRecord | None:
+    def step(self, which: int, **kwargs: Any) -> ClientStep | None:
         tower_set = self.work.sets[which]
         t0 = time.time()
         out = self.sessions[which].run(tower_set.fetches, **kwargs)
         t1 = time.time()
         stamps = out[-tower_set.num_timestamps:]
-        return metrics.StepRecord("", t1 - t0, tuple(float(s) - t0 for s in stamps))
+        return ClientStep("", t1 - t0, tuple(float(s) - t0 for s in stamps))
 
     def profile(self) -> tuple[dict, dict, set, list]:
         """Traced steps on the interposed set, no schedule: DAG per worker etc."""
@@ -145,7 +146,7 @@ def _rotation(names: list[str], round_index: int) -> list[str]:
 
 
 def run(cfg: dict) -> dict:
-    from tictac_hooks.enforce.client import clear_everywhere, stats_everywhere
+    from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
     r = Runner(cfg)
     names = [s for s in cfg["schedules"]]
     algos = [s for s in names if s in ALGORITHMS]
@@ -180,9 +181,9 @@ def run(cfg: dict) -> dict:
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
-        steps: dict[str, list[metrics.StepRecord]] = {n: [] for n in names}
+        steps: dict[str, list[ClientStep]] = {n: [] for n in names}
         blocks: list[tuple[str, float, float]] = []
-        rv_records: dict[tuple, dict] = {}
+        rv_records: dict[tuple, GateStep] = {}
         rounds = math.ceil(cfg["steps"] / cfg["block_steps"])
         t_start = time.time()
         for round_index in range(rounds):
@@ -195,20 +196,20 @@ def run(cfg: dict) -> dict:
                 b0 = time.time()
                 for _ in range(cfg["block_steps"]):
                     rec = r.step(which)
-                    steps[name].append(metrics.StepRecord(name, rec.step_time, rec.finishes))
+                    steps[name].append(ClientStep(name, rec.step_time, rec.finishes))
                 blocks.append((name, b0, time.time()))
                 if name in controllers:
                     controllers[name].suspend()
-            for s in stats_everywhere(cfg["ps_addresses"])["steps"]:
-                rv_records[(s["ps"], s["step_id"], s["worker"])] = s
+            for s in steps_everywhere(cfg["ps_addresses"]):
+                rv_records[(s.ps, s.step_id, s.worker)] = s
             line = ", ".join(f"{n} {_median([s.step_time for s in steps[n]]):.3f}"
                              for n in names)
             _progress(cfg, f"{rate_bits / 1e6:.0f} Mbit/s round {round_index + 1}/{rounds} "
                            f"({time.time() - t_start:.0f} s): median step s: {line}")
-        by_schedule: dict[str, list[dict]] = {n: [] for n in names}
+        by_schedule: dict[str, list[GateStep]] = {n: [] for n in names}
         for rec in rv_records.values():
             for name, b0, b1 in blocks:
-                if b0 <= rec["start"] <= b1:
+                if b0 <= rec.start <= b1:
                     by_schedule[name].append(rec)
                     break
         results = {}

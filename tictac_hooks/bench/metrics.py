@@ -23,38 +23,12 @@ tower's last output, on the worker itself). Definitions:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from typing import Any, Iterable, Mapping, Sequence
 
 from tictac_hooks.graph.simulate import efficiency
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecord:
-    """One measured step.
-
-    Attributes:
-      schedule: the schedule the step ran under ("none", "rendezvous", "tic", ...).
-      step_time: wall seconds of the step, as the client saw it.
-      finishes: per worker, seconds from the step's start to that tower's finish.
-    """
-
-    schedule: str
-    step_time: float
-    finishes: tuple[float, ...]
-
-    def straggler_pct(self) -> float:
-        """Largest share (%) of the step any worker waits for the slowest."""
-        if len(self.finishes) < 2 or self.step_time <= 0:
-            return 0.0
-        return 100.0 * (max(self.finishes) - min(self.finishes)) / self.step_time
-
-    @property
-    def makespan(self) -> float:
-        """The step's makespan on the workers: the slowest tower's finish."""
-        return max(self.finishes) if self.finishes else self.step_time
+from tictac_hooks.records import ClientStep, GateStep
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -88,8 +62,8 @@ def comm_seconds(bytes_per_ps: Sequence[float], num_workers: int, rate_bits: flo
     return 8.0 * max(per_ps, sum(bytes_per_ps)) / rate_bits
 
 
-def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Violations and matched share from rendezvous step records (one per step, worker
+def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
+    """Violations and matched share from the gates' step records (one per step, worker
     and PS): transfers that broke the installed order (``violations``), their share
     of all transfers, ``reordered`` (handed back behind a later-listed transfer sent
     with it in the look-ahead window), and the share of transfers the installed
@@ -97,14 +71,14 @@ def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     transfers = violations = unlisted = skips = reordered = 0
     scheduled = 0
     for r in records:
-        n = len(r.get("order", ()))
+        n = len(r.order)
         transfers += n
-        violations += int(r.get("violations", 0))
-        skips += int(r.get("skips", 0))
-        reordered += int(r.get("reordered", 0))
-        if r.get("schedule_version") is not None:
+        violations += r.violations
+        skips += r.skips
+        reordered += r.reordered
+        if r.scheduled:
             scheduled += n
-            unlisted += len(r.get("unlisted", ()))
+            unlisted += len(r.unlisted)
     return {
         "transfers": transfers,
         "violations": violations,
@@ -115,7 +89,7 @@ def rendezvous_counts(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def summarize(steps: Sequence[StepRecord], global_batch: int, comp: float | None = None,
+def summarize(steps: Sequence[ClientStep], global_batch: int, comp: float | None = None,
               comm: float | None = None) -> dict[str, Any]:
     """The metrics of one schedule's steps (see the module docstring)."""
     if not steps:

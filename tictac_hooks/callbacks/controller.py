@@ -18,11 +18,12 @@ from typing import Any, Callable, Mapping, Sequence
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.steplog import StepLog
-from tictac_hooks.callbacks.tensorboard import PROFILING, StepRecord, StepTimeWriter
+from tictac_hooks.callbacks.tensorboard import StepTimeWriter
 from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
+from tictac_hooks.records import PROFILING, WorkerStep
 
 log = logging.getLogger("tictac")
 
@@ -142,7 +143,7 @@ class Controller:
         self.check_result: dict[str, Any] | None = None
         self._join = join  # waits until dispatched steps ran (PSS: coordinator.join)
         self._dispatched_since_switch = -1  # -1: not switched yet
-        self._after_switch: list[StepRecord] = []  # records the check reads (bounded)
+        self._after_switch: list[WorkerStep] = []  # records the check reads (bounded)
         self._want_installed = True   # what the check asks for
         self._suspended = False       # validation inside fit: TF's own order
         self._installed = False
@@ -181,11 +182,11 @@ class Controller:
                      f"transfer order ({len(self.ps_addresses)} PS reached)")
 
     # --- statistics ---------------------------------------------------------------------
-    def poll(self, everything: bool = False) -> list[StepRecord]:
+    def poll(self, everything: bool = False) -> list[WorkerStep]:
         """Reads new step records from every PS, finalizes the steps that can be, writes
         their TensorBoard summaries and returns them (each step once)."""
-        from tictac_hooks.enforce.client import stats_everywhere
-        self.steplog.add(stats_everywhere(self.ps_addresses)["steps"])
+        from tictac_hooks.enforce.client import steps_everywhere
+        self.steplog.add(steps_everywhere(self.ps_addresses))
         records = self.steplog.finalize(self._paused_within, self._efficiency, everything)
         if self.check is not None and self.check_result is None:
             self._after_switch.extend(r for r in records if r.phase != PROFILING)
@@ -206,7 +207,7 @@ class Controller:
         profiled compute time (paper Eq. 4)."""
         if step_time is None or self.compute_seconds is None or not self._link_rate:
             return None
-        per_ps = [r["bytes"] / self._link_rate for r in step.per_ps.values()]
+        per_ps = [r.bytes / self._link_rate for r in step.per_ps.values()]
         upper = sum(per_ps) + self.compute_seconds
         lower = max(max(per_ps), self.compute_seconds)
         return efficiency(step_time, upper, lower)

@@ -24,7 +24,7 @@ import dataclasses
 import statistics
 from typing import Any, Iterable, Sequence
 
-from tictac_hooks.callbacks.tensorboard import CHECK, SCHEDULED, StepRecord
+from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
 
 TICTAC, DEFAULT = "tictac", "default"
 
@@ -55,7 +55,7 @@ class CheckPlan:
         return (dispatched // self.block_steps) % 2 == 0
 
 
-def run_medians(records: Iterable[StepRecord]) -> dict[str, list[tuple[int, float, int]]]:
+def run_medians(records: Iterable[WorkerStep]) -> dict[str, list[tuple[int, float, int]]]:
     """worker device -> [(phase, median step time, steps)] per maximal run of steps in
     one order (SCHEDULED or CHECK), in time order; each run's first step and steps
     without a step time (paused, last) are dropped."""
@@ -67,10 +67,10 @@ def _medians(runs: dict[str, list[tuple[int, float, int, list[int]]]]
     return {w: [(p, m, n) for p, m, n, _ in rs] for w, rs in runs.items()}
 
 
-def runs_of(records: Iterable[StepRecord]
+def runs_of(records: Iterable[WorkerStep]
             ) -> dict[str, list[tuple[int, float, int, list[int]]]]:
     """As :func:`run_medians`, each run with the step indices it covers."""
-    by_worker: dict[str, list[StepRecord]] = {}
+    by_worker: dict[str, list[WorkerStep]] = {}
     for r in records:
         if r.phase in (SCHEDULED, CHECK):
             by_worker.setdefault(r.worker, []).append(r)
@@ -102,7 +102,7 @@ def paired_ratios(medians: dict[str, list[tuple[int, float, int]]]) -> dict[str,
     return out
 
 
-def decide(records: Sequence[StepRecord], plan: CheckPlan, algorithm: str) -> dict[str, Any]:
+def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> dict[str, Any]:
     """The check's result: per worker and overall, the paired ratios' median and range,
     and the decision by the module's rule. ``decision`` is None when no pair could be
     formed (too few steps reached the PS): the schedule then stays installed."""

@@ -14,8 +14,8 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Iterable
 
-from tictac_hooks.callbacks.tensorboard import (CHECK, PHASE_NAMES, PROFILING, SCHEDULED,
-                                               StepRecord)
+from tictac_hooks.records import (CHECK, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
+                                  WorkerStep)
 
 _KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
@@ -23,39 +23,38 @@ _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
 
 @dataclasses.dataclass
 class _Pending:
-    per_ps: dict[str, dict[str, Any]]
+    per_ps: dict[str, GateStep]
 
     @property
     def start(self) -> float:
-        return min(r["start"] for r in self.per_ps.values())
+        return min(r.start for r in self.per_ps.values())
 
     @property
     def end(self) -> float:
-        return max(r["end"] for r in self.per_ps.values())
+        return max(r.end for r in self.per_ps.values())
 
     @property
     def bytes(self) -> int:
-        return sum(r["bytes"] for r in self.per_ps.values())
+        return sum(r.bytes for r in self.per_ps.values())
 
     @property
     def scheduled(self) -> bool:
-        return any(r.get("schedule_version") is not None for r in self.per_ps.values())
+        return any(r.scheduled for r in self.per_ps.values())
 
     def followed_order(self) -> bool:
         """Every PS sent its listed transfers to the PS in non-decreasing priority (the
         order they were released in; with the look-ahead window the PS may answer those
         in flight together in another order), with no skip and no violation."""
         for r in self.per_ps.values():
-            if r.get("skips") or r.get("violations"):
+            if r.skips or r.violations:
                 return False
-            listed = [t for t in r.get("transfers", ())
-                      if t.get("state") == "listed" and t.get("priority") is not None]
-            listed.sort(key=lambda t: t.get("release_seq", -1))  # stable: hand-back order
+            listed = [t for t in r.transfers if t.state == "listed" and t.priority >= 0]
+            listed.sort(key=lambda t: t.release_seq)  # stable: hand-back order
             last = -1
             for t in listed:
-                if t["priority"] < last:
+                if t.priority < last:
                     return False
-                last = t["priority"]
+                last = t.priority
         return True
 
 
@@ -83,24 +82,24 @@ class StepLog:
     def is_destination(self, worker: str) -> bool:
         return any(f"/job:{job}/" in worker for job in self.destination_jobs)
 
-    def add(self, records: Iterable[dict[str, Any]]) -> None:
+    def add(self, records: Iterable[GateStep]) -> None:
         for rec in records:
-            worker = rec["worker"]
-            if not rec["order"] or not self.is_destination(worker):
+            worker = rec.worker
+            if not rec.order or not self.is_destination(worker):
                 continue  # e.g. the coordinator's own reads while workers train
-            if rec["step_id"] in self._finalized_ids[worker]:
+            if rec.step_id in self._finalized_ids[worker]:
                 continue
-            step = self._pending[worker].setdefault(rec["step_id"], _Pending({}))
-            step.per_ps[rec.get("ps", "")] = rec
-            if rec.get("schedule_version") is None:
-                self.served[worker].update(rec["order"])
-                if rec["end"] > rec["start"] and rec["bytes"] > 0:
-                    rate = rec["bytes"] / (rec["end"] - rec["start"])
+            step = self._pending[worker].setdefault(rec.step_id, _Pending({}))
+            step.per_ps[rec.ps] = rec
+            if not rec.scheduled:
+                self.served[worker].update(rec.order)
+                if rec.end > rec.start and rec.bytes > 0:
+                    rate = rec.bytes / (rec.end - rec.start)
                     self.best_link_rate = max(self.best_link_rate or 0.0, rate)
 
     def finalize(self, paused: Callable[[float, float], float],
                  efficiency: Callable[[_Pending, float | None], float | None],
-                 everything: bool = False) -> list[StepRecord]:
+                 everything: bool = False) -> list[WorkerStep]:
         """Finalizes every pending step that has a successor (all, if ``everything``).
 
         ``paused(start, end)`` gives the seconds of TicTac's own pauses inside a step
@@ -120,7 +119,7 @@ class StepLog:
                 phase = self._phase(step)
                 index = self._count[worker]
                 self._count[worker] += 1
-                out.append(StepRecord(worker=worker, step=index, start=step.start,
+                out.append(WorkerStep(worker=worker, step=index, start=step.start,
                                       step_time=step_time, transfer_span=step.end - step.start,
                                       phase=phase, efficiency=None if pause else
                                       efficiency(step, step_time), paused_s=pause))
@@ -136,9 +135,8 @@ class StepLog:
                 if phase == SCHEDULED:
                     self.order["scheduled_steps"] += 1
                     self.order["followed"] += step.followed_order()
-                    self.order["skips"] += sum(r.get("skips", 0) for r in step.per_ps.values())
-                    self.order["violations"] += sum(r.get("violations", 0)
-                                                    for r in step.per_ps.values())
+                    self.order["skips"] += sum(r.skips for r in step.per_ps.values())
+                    self.order["violations"] += sum(r.violations for r in step.per_ps.values())
                 self._finalized_ids[worker].append(step_id)
                 del pending[step_id]
         return out

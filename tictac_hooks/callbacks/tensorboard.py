@@ -25,29 +25,11 @@ Text notes in each worker's run: ``tictac/switch`` at the worker's first schedul
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from typing import Any, Iterable
 
-PROFILING, SCHEDULED, CHECK = 0, 1, 2
-PHASE_NAMES = {PROFILING: "profiling", SCHEDULED: "scheduled", CHECK: "check"}
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecord:
-    """One step of one worker, as seen by the parameter servers."""
-
-    worker: str            # destination device, e.g. /job:worker/replica:0/task:1/...
-    step: int              # per-worker step index, from 0
-    start: float           # wall-clock time of the step's first transfer
-    step_time: float | None  # to the next step's start (None for the last step)
-    transfer_span: float
-    phase: int             # PROFILING, SCHEDULED, or CHECK (TF's order, after the switch)
-    efficiency: float | None = None
-    paused_s: float = 0.0  # TicTac's own pause inside the step (taken out of step_time;
-                           # such a step is left out of the medians)
-
+from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
 
 def worker_run_name(device: str) -> str:
     """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker_1``."""
@@ -82,7 +64,7 @@ DESCRIPTIONS = {
 
 
 class StepTimeWriter:
-    """Writes :class:`StepRecord` series as TensorBoard scalars (see module docstring).
+    """Writes :class:`WorkerStep` series as TensorBoard scalars (see module docstring).
 
     Uses TensorBoard's own event-file writer and protos, not TensorFlow summary ops, so
     it works the same in eager programs and in finalized tf.compat.v1 graphs.
@@ -129,7 +111,7 @@ class StepTimeWriter:
         self._writer(run).add_event(event_pb2.Event(
             wall_time=wall_time, step=step, summary=summary_pb2.Summary(value=out)))
 
-    def write(self, records: Iterable[StepRecord]) -> int:
+    def write(self, records: Iterable[WorkerStep]) -> int:
         n = 0
         for r in records:
             run = worker_run_name(r.worker)

@@ -25,6 +25,7 @@ from tictac_hooks.enforce.api import BACKENDS, GateClient, GateError, check_inst
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.rendezvous import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
+from tictac_hooks.records import GateStep, checked_steps
 
 
 # The interface both backends' clients implement is in enforce/api.py; the old name of
@@ -100,7 +101,9 @@ class RendezvousClient(GateClient):
         with ``order`` (names in hand-back order), ``transfers`` (name, state, priority,
         bytes, arrive/ready/handback wall-clock times), ``skipped``, ``violations``,
         ``unlisted``, ``start``/``end``."""
-        return self._call("Stats", {"include_active": include_active})
+        stats = self._call("Stats", {"include_active": include_active})
+        stats["steps"] = checked_steps(stats.get("steps"))  # the schema of records.py
+        return stats
 
     def served_names(self) -> list[str]:
         """Every transfer name this PS has served (what a schedule can name)."""
@@ -234,3 +237,9 @@ def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> dict[
         merged["ps"][address] = stats
         merged["steps"] += [dict(s, ps=address) for s in steps]
     return merged
+
+
+def steps_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> list[GateStep]:
+    """Every PS's step records (:class:`~tictac_hooks.records.GateStep`, each naming
+    its ``ps``), PS by PS, oldest first."""
+    return [GateStep.from_json(s) for s in stats_everywhere(addresses, timeout_s)["steps"]]

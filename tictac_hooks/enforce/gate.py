@@ -38,6 +38,7 @@ from typing import Any, Callable
 from tictac_hooks import checks
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.tf_extract import sending_node_name
+from tictac_hooks.records import GateStep, SkipRecord, TransferRecord
 
 # Ticket.state values.
 PASS = "pass"          # not listed: straight through
@@ -192,31 +193,26 @@ class _Channel:
             self.cursor += 1
         return names[self.cursor] if self.cursor < len(names) else None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> GateStep:
         handed = self.handed
         listed = self.installed.priority if self.installed else {}
-        return {
-            "step_id": self.step_id,
-            "worker": self.dest,
-            "schedule_version": self.installed.version if self.installed else None,
-            "algorithm": self.installed.algorithm if self.installed else None,
-            "complete": self.finished,
-            "order": [t.name for t in handed],
-            "transfers": [
-                {"name": t.name, "state": t.state, "priority": t.priority,
-                 "bytes": t.nbytes, "arrive": t.t_arrive, "release": t.t_release,
-                 "release_seq": t.rseq,
-                 "handback": t.t_handback, **({"error": t.error} if t.error else {})}
-                for t in handed],
-            "bytes": sum(t.nbytes for t in handed),
-            "start": min((t.t_arrive for t in handed), default=self.t_first),
-            "end": max((t.t_handback for t in handed), default=self.t_first),
-            "skipped": [{"name": n, "reason": r, "time": tm} for n, r, tm in self.skipped],
-            "skips": len(self.skipped),
-            "violations": sum(1 for t in handed if t.state in (LATE, UNEXPECTED)),
-            "reordered": _reordered(handed),
-            "unlisted": [t.name for t in handed if t.state == PASS and t.name not in listed],
-        }
+        return GateStep(
+            step_id=self.step_id, worker=self.dest,
+            schedule_version=self.installed.version if self.installed else None,
+            algorithm=self.installed.algorithm if self.installed else None,
+            complete=self.finished, order=tuple(t.name for t in handed),
+            transfers=tuple(TransferRecord(t.name, t.state, t.priority, t.nbytes,
+                                           t.t_arrive, t.t_release, t.rseq, t.t_handback,
+                                           t.error) for t in handed),
+            bytes=sum(t.nbytes for t in handed),
+            start=min((t.t_arrive for t in handed), default=self.t_first),
+            end=max((t.t_handback for t in handed), default=self.t_first),
+            skipped=tuple(SkipRecord(n, r, tm) for n, r, tm in self.skipped),
+            skips=len(self.skipped),
+            violations=sum(1 for t in handed if t.state in (LATE, UNEXPECTED)),
+            reordered=_reordered(handed),
+            unlisted=tuple(t.name for t in handed
+                           if t.state == PASS and t.name not in listed))
 
 
 class Gate:
@@ -253,7 +249,7 @@ class Gate:
         self._seq = itertools.count()
         self._steps: collections.OrderedDict[int, dict[str, _Channel]] = collections.OrderedDict()
         self._step_binding: dict[int, _Installed | None] = {}
-        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=history)
+        self._history: collections.deque[GateStep] = collections.deque(maxlen=history)
         self._served: set[str] = set()
         self._served_by_dest: dict[str, set[str]] = collections.defaultdict(set)
         self._views: dict[tuple[int, str], _Installed] = {}
@@ -384,7 +380,12 @@ class Gate:
     # -- stats -----------------------------------------------------------------------
 
     def records(self, include_active: bool = True) -> list[dict[str, Any]]:
-        """Per (step, worker) records, oldest first: finished ones, then active ones."""
+        """Per (step, worker) records, oldest first: finished ones, then active ones, in
+        the wire format of ``stats`` (:meth:`GateStep.to_json`)."""
+        return [step.to_json() for step in self.steps(include_active)]
+
+    def steps(self, include_active: bool = True) -> list[GateStep]:
+        """:meth:`records` as :class:`GateStep` objects."""
         out = list(self._history)
         if include_active:
             out += [ch.record() for chans in self._steps.values() for ch in chans.values()]

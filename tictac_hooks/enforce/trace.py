@@ -60,6 +60,8 @@ import json
 import os
 from typing import Any, Callable, Iterable
 
+from tictac_hooks.records import GateStep
+
 #: The transfer categories: the gate's ticket states (tictac_hooks/enforce/gate.py,
 #: and the same names from the native gate).
 TRANSFER_CATEGORIES = ("listed", "pass", "late", "unexpected", "duplicate")
@@ -92,7 +94,7 @@ def chrome_trace(stats: dict[str, Any]) -> dict[str, Any]:
     """Chrome trace JSON from :func:`tictac_hooks.enforce.client.stats_everywhere`
     output (or one PS's stats)."""
     default_ps = stats.get("ps") if isinstance(stats.get("ps"), str) else ""
-    steps = stats.get("steps", [])
+    steps = [GateStep.from_json(s, ps=s.get("ps", default_ps)) for s in stats.get("steps", [])]
     times = [t for step in steps for t in _times(step)]
     origin = min(times, default=0.0)
 
@@ -105,34 +107,34 @@ def chrome_trace(stats: dict[str, Any]) -> dict[str, Any]:
     # Per (ps, worker) channel, in order of first appearance.
     channels: dict[tuple[str, str], dict[str, list]] = {}
     for step in steps:
-        ch = channels.setdefault((step.get("ps", default_ps), step["worker"]),
+        ch = channels.setdefault((step.ps, step.worker),
                                  {"transfers": [], "steps": [], "skips": []})
-        handed = [t for t in step["transfers"] if t["handback"]]
+        handed = [t for t in step.transfers if t.handback]
         for t in handed:
-            start = us(t["arrive"])
-            args = {"step_id": step["step_id"], "bytes": t["bytes"],
-                    "priority": t["priority"],
-                    "held_s": max(t["release"] - t["arrive"], 0.0) if t["release"] else 0.0,
-                    "ps_s": max(t["handback"] - (t["release"] or t["arrive"]), 0.0)}
-            if t.get("error"):
-                args["error"] = t["error"]
-            ch["transfers"].append(((start, max(us(t["handback"]), start)),
-                                    {"name": t["name"], "cat": t["state"], "args": args}))
-        if handed or step.get("skipped"):
+            start = us(t.arrive)
+            args = {"step_id": step.step_id, "bytes": t.bytes,
+                    "priority": t.priority,
+                    "held_s": max(t.release - t.arrive, 0.0) if t.release else 0.0,
+                    "ps_s": max(t.handback - (t.release or t.arrive), 0.0)}
+            if t.error:
+                args["error"] = t.error
+            ch["transfers"].append(((start, max(us(t.handback), start)),
+                                    {"name": t.name, "cat": t.state, "args": args}))
+        if handed or step.skipped:
             span = [us(x) for x in _times(step)]
             ch["steps"].append(((min(span), max(span)), {
-                "name": f"step {step['step_id']}", "cat": "step",
-                "args": {"step_id": step["step_id"], "transfers": len(handed),
-                         "bytes": step.get("bytes", sum(t["bytes"] for t in handed)),
-                         "skips": len(step.get("skipped", [])),
-                         "violations": step.get("violations", 0),
-                         "complete": step.get("complete"),
-                         "algorithm": step.get("algorithm"),
-                         "schedule_version": step.get("schedule_version")}}))
-        for s in step.get("skipped", []):
-            ch["skips"].append((us(s["time"]), {
-                "name": f"skip {s['name']}", "cat": "skip",
-                "args": {"step_id": step["step_id"], "reason": s["reason"]}}))
+                "name": f"step {step.step_id}", "cat": "step",
+                "args": {"step_id": step.step_id, "transfers": len(handed),
+                         "bytes": step.bytes,
+                         "skips": len(step.skipped),
+                         "violations": step.violations,
+                         "complete": step.complete,
+                         "algorithm": step.algorithm,
+                         "schedule_version": step.schedule_version}}))
+        for s in step.skipped:
+            ch["skips"].append((us(s.time), {
+                "name": f"skip {s.name}", "cat": "skip",
+                "args": {"step_id": step.step_id, "reason": s.reason}}))
 
     events: list[dict[str, Any]] = []
     pids: dict[str, int] = {}
@@ -173,10 +175,10 @@ def chrome_trace(stats: dict[str, Any]) -> dict[str, Any]:
             "otherData": {"origin_unix_s": origin}}
 
 
-def _times(step: dict[str, Any]) -> list[float]:
+def _times(step: GateStep) -> list[float]:
     """The moments a step record's events start or end."""
-    out = [x for t in step["transfers"] if t["handback"] for x in (t["arrive"], t["handback"])]
-    return out + [s["time"] for s in step.get("skipped", [])]
+    out = [x for t in step.transfers if t.handback for x in (t.arrive, t.handback)]
+    return out + [s.time for s in step.skipped]
 
 
 def write_chrome_trace(stats: dict[str, Any], path: str | os.PathLike) -> None:

@@ -18,6 +18,7 @@ from tictac_hooks import checks
 from tictac_hooks.enforce.api import GateClient, GateError, check_install_size
 from tictac_hooks.enforce.gate import InstallResult, check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
+from tictac_hooks.records import checked_steps
 
 _DEVICES: dict[str, str] = {}  # address -> the PS device found there (asked once)
 GET_STATUS = "/tensorflow.WorkerService/GetStatus"
@@ -239,6 +240,7 @@ class NativeClient(GateClient):
 
     def stats(self, include_active: bool = True) -> dict[str, Any]:
         stats = self.call("stats", "active" if include_active else "finished")
+        stats["steps"] = checked_steps(stats.get("steps"))  # the schema of records.py
         return {"ps": self.address, "device": self._device, **stats}
 
     def served_names(self) -> list[str]:

@@ -1,0 +1,205 @@
+"""The records TicTac keeps, in one place: what a gate saw of a step, what a worker's
+step was, what a benchmark client measured.
+
+- :class:`GateStep`: one (step, worker) at one PS, as both gates report it (the Python
+  gate builds it; the native gate's JSON is read into it), with its
+  :class:`TransferRecord` per RecvTensor in hand-back order and a :class:`SkipRecord`
+  per skipped transfer. ``to_json`` / ``from_json`` are the wire format of
+  ``stats`` on both backends; ``from_json`` refuses a record that lacks a field.
+- :class:`WorkerStep`: one step of one worker, merged over the PSes and finalized
+  (callbacks/steplog.py): step time, phase, measured E. TensorBoard writes these.
+- :class:`ClientStep`: one synchronous step as the benchmark client timed it.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+# A worker step's phase: profiling in TensorFlow's order, in TicTac's order, or a check
+# block in TensorFlow's order after the switch.
+PROFILING, SCHEDULED, CHECK = 0, 1, 2
+PHASE_NAMES = {PROFILING: "profiling", SCHEDULED: "scheduled", CHECK: "check"}
+
+
+class RecordError(ValueError):
+    """A record does not have the fields of its schema."""
+
+
+def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
+    try:
+        return d[key]
+    except (KeyError, TypeError):
+        raise RecordError(f"{what} record has no {key!r}: {str(d)[:200]}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferRecord:
+    """One RecvTensor through a gate. Times are wall-clock seconds at the PS."""
+
+    name: str        # the transfer as schedules name it (sending node, or edge_<n>_...)
+    state: str       # pass, listed, late, unexpected, duplicate (enforce/gate.py)
+    priority: int    # its priority in the installed order; -1 when not listed
+    bytes: int       # response bytes
+    arrive: float    # request seen
+    release: float   # forwarded to the PS's own RecvTensor (0: not yet)
+    release_seq: int  # release order among listed transfers, gate-wide (-1: none)
+    handback: float  # response handed to gRPC (0: not yet)
+    error: str = ""  # a failed call's status
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"name": self.name, "state": self.state, "priority": self.priority,
+               "bytes": self.bytes, "arrive": self.arrive, "release": self.release,
+               "release_seq": self.release_seq, "handback": self.handback}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TransferRecord":
+        f = lambda k: _field(d, k, "transfer")  # noqa: E731
+        return cls(f("name"), f("state"), int(f("priority")), int(f("bytes")),
+                   float(f("arrive")), float(f("release")), int(f("release_seq")),
+                   float(f("handback")), str(d.get("error", "")))
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipRecord:
+    """A transfer the gate skipped: its name, why (slow, timeout, absent, cancelled),
+    and when."""
+
+    name: str
+    reason: str
+    time: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "reason": self.reason, "time": self.time}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SkipRecord":
+        return cls(_field(d, "name", "skip"), _field(d, "reason", "skip"),
+                   float(_field(d, "time", "skip")))
+
+
+@dataclasses.dataclass(frozen=True)
+class GateStep:
+    """One worker's transfers of one step at one PS (the gate's counter per (step,
+    destination), paper section 4)."""
+
+    step_id: int
+    worker: str                    # destination device
+    schedule_version: int | None   # the order the step was bound to (None: none)
+    algorithm: str | None
+    complete: bool                 # every listed transfer handed back or skipped
+    order: tuple[str, ...]         # names in hand-back order
+    transfers: tuple[TransferRecord, ...]
+    bytes: int
+    start: float                   # first arrival
+    end: float                     # last hand-back
+    skipped: tuple[SkipRecord, ...]
+    skips: int
+    violations: int                # late or unexpected transfers
+    reordered: int                 # handed back behind a later-listed one (window)
+    unlisted: tuple[str, ...]      # passed straight through, not in the order
+    ps: str = ""                   # the PS's address (set by the client that read it)
+
+    @property
+    def scheduled(self) -> bool:
+        return self.schedule_version is not None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"step_id": self.step_id, "worker": self.worker,
+               "schedule_version": self.schedule_version, "algorithm": self.algorithm,
+               "complete": self.complete, "order": list(self.order),
+               "transfers": [t.to_json() for t in self.transfers], "bytes": self.bytes,
+               "start": self.start, "end": self.end,
+               "skipped": [s.to_json() for s in self.skipped], "skips": self.skips,
+               "violations": self.violations, "reordered": self.reordered,
+               "unlisted": list(self.unlisted)}
+        if self.ps:
+            out["ps"] = self.ps
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], ps: str | None = None) -> "GateStep":
+        f = lambda k: _field(d, k, "step")  # noqa: E731
+        version = f("schedule_version")
+        return cls(int(f("step_id")), f("worker"),
+                   None if version is None else int(version), f("algorithm"),
+                   bool(f("complete")), tuple(f("order")),
+                   tuple(TransferRecord.from_json(t) for t in f("transfers")),
+                   int(f("bytes")), float(f("start")), float(f("end")),
+                   tuple(SkipRecord.from_json(s) for s in f("skipped")), int(f("skips")),
+                   int(f("violations")), int(f("reordered")), tuple(f("unlisted")),
+                   ps if ps is not None else str(d.get("ps", "")))
+
+
+def checked_steps(steps: Any) -> list[dict[str, Any]]:
+    """A gate's ``stats`` steps as the schema writes them: every record read through
+    :class:`GateStep` (a missing field is a :class:`RecordError` naming it)."""
+    if not isinstance(steps, list):
+        raise RecordError(f"stats 'steps' must be a list of step records, got "
+                          f"{type(steps).__name__}")
+    return [GateStep.from_json(s).to_json() for s in steps]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerStep:
+    """One step of one worker, as seen by the parameter servers."""
+
+    worker: str            # destination device, e.g. /job:worker/replica:0/task:1/...
+    step: int              # per-worker step index, from 0
+    start: float           # wall-clock time of the step's first transfer
+    step_time: float | None  # to the next step's start (None for the last step)
+    transfer_span: float
+    phase: int             # PROFILING, SCHEDULED, or CHECK (TF's order, after the switch)
+    efficiency: float | None = None
+    paused_s: float = 0.0  # TicTac's own pause inside the step (taken out of step_time;
+                           # such a step is left out of the medians)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WorkerStep":
+        f = lambda k: _field(d, k, "worker step")  # noqa: E731
+        return cls(f("worker"), int(f("step")), float(f("start")), f("step_time"),
+                   float(f("transfer_span")), int(f("phase")), d.get("efficiency"),
+                   float(d.get("paused_s", 0.0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientStep:
+    """One synchronous step as the benchmark client measured it.
+
+    Attributes:
+      schedule: the schedule the step ran under ("none", "rendezvous", "tic", ...).
+      step_time: wall seconds of the step, as the client saw it.
+      finishes: per worker, seconds from the step's start to that tower's finish.
+    """
+
+    schedule: str
+    step_time: float
+    finishes: tuple[float, ...]
+
+    def straggler_pct(self) -> float:
+        """Largest share (%) of the step any worker waits for the slowest."""
+        if len(self.finishes) < 2 or self.step_time <= 0:
+            return 0.0
+        return 100.0 * (max(self.finishes) - min(self.finishes)) / self.step_time
+
+    @property
+    def makespan(self) -> float:
+        """The step's makespan on the workers: the slowest tower's finish."""
+        return max(self.finishes) if self.finishes else self.step_time
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schedule": self.schedule, "step_time": self.step_time,
+                "finishes": list(self.finishes)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ClientStep":
+        f = lambda k: _field(d, k, "client step")  # noqa: E731
+        return cls(f("schedule"), float(f("step_time")), tuple(float(x) for x in f("finishes")))
