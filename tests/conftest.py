@@ -48,6 +48,8 @@ import time
 
 import pytest
 
+from tictac_hooks.cluster.procs import pid_alive
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 SKIP_ENV = "TICTAC_SKIP_LEAK_CHECK"
@@ -103,7 +105,7 @@ class LeakCheck:
         ours = {os.getpid(), *self.processes()} if new else set()
         return sorted(n for n in new  # not another live run's network
                       if (owner := _netns_owner(n)) is None or owner in ours
-                      or not _alive(owner))
+                      or not pid_alive(owner))
 
     def leaks(self) -> dict[str, list[str]]:
         procs = {p: d for p, d in self.processes().items() if p not in self.procs_at_start}
@@ -201,16 +203,6 @@ def _cmdline(pid: int) -> str:
     except OSError:
         return ""
     return text if len(text) <= 300 else text[:300] + "..."
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _netns() -> list[str]:

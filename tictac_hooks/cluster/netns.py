@@ -45,7 +45,7 @@ import threading
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from tictac_hooks.cluster import cleanup
-from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread
+from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread, pid_alive
 
 PREFIX = "ttnet"
 SUBNET = "10.213.0"
@@ -162,16 +162,6 @@ def _delete_namespaces(names: Iterable[str]) -> None:
         _cmd(["ip", "netns", "delete", name], check=False)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def cleanup_stale(force: bool = False) -> list[str]:
     """Deletes namespaces (and so their links) that earlier runs left behind: those
     named ``ttnet-<pid>-...`` whose owner process is gone (every ``ttnet-`` namespace
@@ -181,7 +171,7 @@ def cleanup_stale(force: bool = False) -> list[str]:
     stale = []
     for name in _namespaces():
         m = _STALE.match(name)
-        if m and name not in own and (force or not _pid_alive(int(m.group(1)))):
+        if m and name not in own and (force or not pid_alive(int(m.group(1)))):
             stale.append(name)
     _delete_namespaces(stale)
     return stale

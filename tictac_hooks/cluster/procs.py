@@ -62,3 +62,14 @@ def on_lasting_thread(fn: Callable[[], T]) -> T:
         _requests.append((fn, future))
         _ready.notify()
     return future.result()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
