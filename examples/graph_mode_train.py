@@ -159,7 +159,7 @@ def report(tf_losses, final, tictac, log_dir: str) -> None:
         import numpy as np
         np.savez(FLAGS.save_weights, *final)
     if FLAGS.tictac:
-        from common import print_summary, write_summary
+        from summary import print_summary, write_summary
         print_summary(tictac, log_dir)
         write_summary(tictac, FLAGS.summary_json)
 

@@ -17,7 +17,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
-from common import print_summary, run_on_cluster, write_summary  # noqa: E402  (--network)
+from pss_cluster import run_on_cluster  # noqa: E402  (--network)
+from summary import print_summary, write_summary  # noqa: E402
 
 flags.DEFINE_integer("steps", 80, "Training steps.", lower_bound=1)
 flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)

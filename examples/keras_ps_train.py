@@ -2,7 +2,7 @@
 
 Starts 1 PS (with TicTac's gate) and 2 workers, each in its own network namespace
 behind a shaped link where root and tc are available (else on loopback; see
-examples/common.py), trains a small convolutional network on synthetic data with
+examples/pss_cluster.py), trains a small convolutional network on synthetic data with
 tf_keras `model.fit`, and switches TicTac on with one line: `callbacks=[TicTac()]`.
 Prints, per worker, the step time in TensorFlow's order and in TicTac's, measured in
 interleaved blocks of the same run (TicTac's order check), and where the TensorBoard
@@ -22,7 +22,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
-from common import link_bandwidth, print_summary, run_on_cluster, write_summary  # noqa: E402  (--network)
+from pss_cluster import link_bandwidth, run_on_cluster  # noqa: E402  (--network)
+from summary import print_summary, write_summary  # noqa: E402
 
 flags.DEFINE_integer("steps", 100, "Training steps (all epochs together).", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 10, "Steps per epoch (statistics are read per epoch).",

@@ -1,4 +1,4 @@
-"""What the PSS examples share: where their cluster runs, and what they print after.
+"""Where the PSS examples' cluster runs (their printed summary: examples/summary.py).
 
 Each example is one coordinator program (``train(spec)``). :func:`run_on_cluster` starts
 the cluster (1 PS with TicTac's gate, the workers) and runs that coordinator in a child
@@ -20,22 +20,15 @@ from typing import Any, Callable
 from absl import flags
 
 
-def _define_once(define, name: str, *args, **kwargs) -> None:
-    """Defines a flag unless the example already did (graph_mode_train has its own
-    --cluster_spec, with the same meaning)."""
-    if name not in flags.FLAGS:
-        define(name, *args, **kwargs)
-
-
-_define_once(flags.DEFINE_enum, "network", "auto", ["auto", "shaped", "loopback"],
-             "Where the cluster runs: shaped (network namespaces and tc; needs root), "
-             "loopback, or auto (shaped where possible).")
-_define_once(flags.DEFINE_string, "rate", "2gbit", "Link rate of every task with "
-             "--network=shaped (tc syntax, e.g. 300mbit, 1gbit).")
-_define_once(flags.DEFINE_string, "cluster_spec", None, "Internal: run only the "
-             "coordinator, against this cluster (JSON {job: [addresses]}).")
-_define_once(flags.DEFINE_integer, "link_bytes_per_s", None, "Internal: the shaped "
-             "link's rate, which the parent passes to the coordinator it runs there.")
+flags.DEFINE_enum("network", "auto", ["auto", "shaped", "loopback"],
+                  "Where the cluster runs: shaped (network namespaces and tc; needs root), "
+                  "loopback, or auto (shaped where possible).")
+flags.DEFINE_string("rate", "2gbit", "Link rate of every task with --network=shaped (tc "
+                    "syntax, e.g. 300mbit, 1gbit).")
+flags.DEFINE_string("cluster_spec", None, "Internal: run only the coordinator, against "
+                    "this cluster (JSON {job: [addresses]}).")
+flags.DEFINE_integer("link_bytes_per_s", None, "Internal: the shaped link's rate, which "
+                     "the parent passes to the coordinator it runs there.")
 FLAGS = flags.FLAGS
 
 DEAD_TASK_GRACE_S = 10.0  # a coordinator whose cluster task died gets this long to fail
@@ -93,50 +86,3 @@ def _coordinate(cluster: Any, host: str | None, link_bytes_per_s: int | None = N
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1
     return code
-
-
-def print_summary(tictac: Any, log_dir: str) -> None:
-    """Step time before and after the switch, per worker; where the logs are."""
-    c = tictac.controller
-    summary = tictac.summary or {}
-    print(f"\nTicTac ({c.settings.algorithm}): switched after {c.settings.profile_steps} steps; "
-          f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
-    order = summary.get("order", {})
-    if order.get("scheduled_steps"):
-        print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
-              f"{order['scheduled_steps']} (skips {order.get('skips', 0)}, "
-              f"violations {order.get('violations', 0)})")
-    check = summary.get("check") or {}
-    for worker, s in summary.get("workers", {}).items():
-        before = s.get("profiling_median_step_time")
-        after = s.get("scheduled_median_step_time")
-        from tictac_hooks.callbacks.tensorboard import worker_run_name
-        line = f"  {worker_run_name(worker)}: {s['steps']} steps"
-        if before:
-            line += f"; median step time before {before * 1e3:.1f} ms"
-        if after:
-            line += f", after {after * 1e3:.1f} ms"
-        print(line)
-        c = check.get("workers", {}).get(worker)
-        if c and c.get("pairs"):
-            print(f"    same run, interleaved blocks: TensorFlow's order "
-                  f"{c['default_median_step_time'] * 1e3:.1f} ms, TicTac's "
-                  f"{c['tictac_median_step_time'] * 1e3:.1f} ms per step: "
-                  f"{(c['ratio_median'] - 1) * 100:+.1f} % throughput (range "
-                  f"{(c['ratio_min'] - 1) * 100:+.1f} to {(c['ratio_max'] - 1) * 100:+.1f} % "
-                  f"over {c['pairs']} block pairs)")
-    if check.get("decision"):
-        print(f"  order check: {'TicTac' if check['decision'] == 'tictac' else 'TensorFlow'}'s"
-              f" order kept (rule: {check['rule']})")
-    print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
-          f"Transfer timeline (Perfetto / chrome://tracing): "
-          f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")
-
-
-def write_summary(tictac: Any, path: str | None) -> None:
-    if not path:
-        return
-    c = tictac.controller
-    with open(path, "w") as f:
-        json.dump((tictac.summary or {}) | {"algorithm": c.settings.algorithm,
-                                            "scheduled_transfers": len(c.schedule or ())}, f)

@@ -1,0 +1,56 @@
+"""What every example prints after training: TicTac's summary per worker (step time in
+TensorFlow's order and in TicTac's, the order check's decision) and where the logs are;
+and the summary as JSON for the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+
+def print_summary(tictac: Any, log_dir: str) -> None:
+    """Step time before and after the switch, per worker; where the logs are."""
+    c = tictac.controller
+    summary = tictac.summary or {}
+    print(f"\nTicTac ({c.settings.algorithm}): switched after {c.settings.profile_steps} steps; "
+          f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
+    order = summary.get("order", {})
+    if order.get("scheduled_steps"):
+        print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
+              f"{order['scheduled_steps']} (skips {order.get('skips', 0)}, "
+              f"violations {order.get('violations', 0)})")
+    check = summary.get("check") or {}
+    for worker, s in summary.get("workers", {}).items():
+        before = s.get("profiling_median_step_time")
+        after = s.get("scheduled_median_step_time")
+        from tictac_hooks.callbacks.tensorboard import worker_run_name
+        line = f"  {worker_run_name(worker)}: {s['steps']} steps"
+        if before:
+            line += f"; median step time before {before * 1e3:.1f} ms"
+        if after:
+            line += f", after {after * 1e3:.1f} ms"
+        print(line)
+        c = check.get("workers", {}).get(worker)
+        if c and c.get("pairs"):
+            print(f"    same run, interleaved blocks: TensorFlow's order "
+                  f"{c['default_median_step_time'] * 1e3:.1f} ms, TicTac's "
+                  f"{c['tictac_median_step_time'] * 1e3:.1f} ms per step: "
+                  f"{(c['ratio_median'] - 1) * 100:+.1f} % throughput (range "
+                  f"{(c['ratio_min'] - 1) * 100:+.1f} to {(c['ratio_max'] - 1) * 100:+.1f} % "
+                  f"over {c['pairs']} block pairs)")
+    if check.get("decision"):
+        print(f"  order check: {'TicTac' if check['decision'] == 'tictac' else 'TensorFlow'}'s"
+              f" order kept (rule: {check['rule']})")
+    print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
+          f"Transfer timeline (Perfetto / chrome://tracing): "
+          f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")
+
+
+def write_summary(tictac: Any, path: str | None) -> None:
+    if not path:
+        return
+    c = tictac.controller
+    with open(path, "w") as f:
+        json.dump((tictac.summary or {}) | {"algorithm": c.settings.algorithm,
+                                            "scheduled_transfers": len(c.schedule or ())}, f)
