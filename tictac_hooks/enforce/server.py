@@ -22,7 +22,7 @@ from typing import Any, Mapping
 from tictac_hooks import checks
 from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, Gate
-from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+from tictac_hooks.enforce.proxy import Rendezvous, RendezvousThread
 
 DEFAULT_BIND_HOST = "127.0.0.1"
 NATIVE_PROTOCOL = "grpc+tictac"
