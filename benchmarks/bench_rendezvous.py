@@ -264,7 +264,7 @@ def forwarder_task(cfg: dict[str, Any]) -> None:
     whose TensorFlow server listens on the spec's port (direct, or native: the gate in
     this server) or on a private port behind a copy-only forwarder or the TicTac
     rendezvous, in this process."""
-    from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+    from tictac_hooks.enforce.proxy import Rendezvous, RendezvousThread
 
     spec = tf.train.ClusterSpec(cfg["spec"])
     job, index, kind = cfg["job"], cfg["index"], cfg["kind"]

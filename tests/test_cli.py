@@ -157,7 +157,7 @@ def test_a_closed_stdout_pipe_ends_the_command_quietly(tmp_path, recvs):
 def test_schedule_stats_into_a_closed_pipe_is_quiet():
     import os
 
-    from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+    from tictac_hooks.enforce.proxy import Rendezvous, RendezvousThread
     rv = RendezvousThread(Rendezvous("127.0.0.1:0", "127.0.0.1:1",
                                      request_parser=lambda b: (0, ""))).start()
     read_end, write_end = os.pipe()

@@ -18,8 +18,8 @@ from hpack import Encoder
 
 from tictac_hooks.enforce.client import RendezvousClient
 from tictac_hooks.enforce.gate import Gate
-from tictac_hooks.enforce.rendezvous import (EMPTY_SETTINGS, PREFACE, RECV_TENSOR, Rendezvous,
-                                             RendezvousThread)
+from tictac_hooks.enforce.proxy import (EMPTY_SETTINGS, PREFACE, RECV_TENSOR, Rendezvous,
+                                        RendezvousThread)
 from tictac_hooks.graph.schedule import Schedule
 
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 8, 9
@@ -472,7 +472,7 @@ def test_request_paths_cache_follows_the_hpack_table():
     """Indexed-only header blocks are cached, but a block that changes the table (a new
     literal shifts the dynamic entries) invalidates them: the same bytes may then mean
     another path."""
-    from tictac_hooks.enforce.rendezvous import RequestPaths, _only_indexed
+    from tictac_hooks.enforce.proxy.h2 import RequestPaths, _only_indexed
 
     enc, paths = Encoder(), RequestPaths()
     first = enc.encode([(":method", "POST"), (":path", "/a")])

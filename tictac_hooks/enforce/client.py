@@ -23,7 +23,7 @@ import grpc
 
 from tictac_hooks.enforce.api import BACKENDS, GateClient, GateError, check_install_size
 from tictac_hooks.enforce.gate import InstallResult
-from tictac_hooks.enforce.rendezvous import CONTROL_PREFIX
+from tictac_hooks.enforce.proxy import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 from tictac_hooks.records import GateStep, checked_steps
 

@@ -21,7 +21,7 @@ from tictac_hooks import checks
 from tictac_hooks.ports import free_port
 from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, Gate
-from tictac_hooks.enforce.rendezvous import Rendezvous, RendezvousThread
+from tictac_hooks.enforce.proxy import Rendezvous, RendezvousThread
 
 DEFAULT_BIND_HOST = "127.0.0.1"
 NATIVE_PROTOCOL = "grpc+tictac"
