@@ -228,8 +228,8 @@ def switch_from_function(controller: Controller, concrete: Any,
                          compute_times: dict[str, float] | None = None,
                          bandwidth: float | None = None) -> None:
     """Extracts the DAG of a traced step function and switches ``controller`` to it."""
-    from tictac_hooks.graph import tf_extract
-    extraction = tf_extract.extract_concrete_function(concrete, remote_variables=["/job:ps"])
+    from tictac_hooks.graph.tf.functions import extract_concrete_function
+    extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
     # Reads ordered after same-step work (their inputs were dropped) are left unscheduled.
     controller.switch(extraction.graph, compute_times, bandwidth=bandwidth,
                       late=set(extraction.dropped_inputs))

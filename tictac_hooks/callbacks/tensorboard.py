@@ -51,7 +51,7 @@ class StepRecord:
 
 def worker_run_name(device: str) -> str:
     """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker_1``."""
-    from tictac_hooks.graph.tf_extract import task_of
+    from tictac_hooks.graph.tf.naming import task_of
     task = task_of(device)
     return task.replace(":", "_") if task else re.sub(r"[^A-Za-z0-9_.-]", "_", device)
 

@@ -38,7 +38,6 @@ from typing import Any, Callable
 from tictac_hooks import checks
 from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.graph.tf_extract import sending_node_name
 
 # Ticket.state values.
 PASS = "pass"          # not listed: straight through
@@ -535,14 +534,3 @@ def _reordered(handed: list[Ticket]) -> int:
                 n += 1
             highest = max(highest, t.priority)
     return n
-
-
-def parse_rendezvous_key(key: str) -> tuple[str, str, str]:
-    """(transfer name, destination device, full tensor name) of a rendezvous key
-    ``src;incarnation;dst;edge_<n>_<name>;frame:iter``: the arguments of
-    :meth:`Gate.arrive`."""
-    parts = key.split(";")
-    if len(parts) < 4:
-        return key, "", ""
-    return sending_node_name(parts[3]), parts[2], parts[3]
-

@@ -58,7 +58,8 @@ from hpack.exceptions import HPACKError
 from tictac_hooks import checks
 from tictac_hooks.enforce.api import MAX_INSTALL_BYTES
 from tictac_hooks.checks import check_window
-from tictac_hooks.enforce.gate import Gate, Ticket, parse_rendezvous_key
+from tictac_hooks.enforce.gate import Gate, Ticket
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 log = logging.getLogger(__name__)

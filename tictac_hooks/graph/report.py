@@ -103,7 +103,7 @@ def analyze_graph(graph: Graph, seeds: int = 10) -> tuple[Bounds, list[Row]]:
 def analyze_report(model: str, training: bool, batch_size: int, image_size: int | None,
                    bandwidth: float, num_ps: int = 1, seeds: int = 10,
                    save_graph: str | None = None, progress: bool = True) -> AnalyzeReport:
-    from tictac_hooks.graph.analyze import analyzed_graph  # imports TensorFlow
+    from tictac_hooks.graph.tf.analyze import analyzed_graph  # imports TensorFlow
     graph = analyzed_graph(model, training=training, batch_size=batch_size,
                            bandwidth_bytes_per_s=bandwidth, image_size=image_size,
                            progress=progress)

@@ -1,10 +1,11 @@
 """Timed iteration DAGs of ``keras.applications`` models, for ``tictac analyze``.
 
 :func:`analyzed_graph` builds a model (random weights), traces one training or
-inference step (:mod:`tictac_hooks.graph.tf_extract`), measures every compute op on
-this machine with the TensorFlow profiler, and times every recv as bytes / bandwidth
-(:mod:`tictac_hooks.graph.oracle`). Keras 3 is used unless ``TF_USE_LEGACY_KERAS=1``
-selects tf_keras. TensorFlow is imported when these functions are called.
+inference step (:mod:`tictac_hooks.graph.tf.keras_models`), measures every compute op
+on this machine with the TensorFlow profiler (:mod:`tictac_hooks.graph.tf.profiler`),
+and times every recv as bytes / bandwidth (:mod:`tictac_hooks.graph.oracle`). Keras 3
+is used unless ``TF_USE_LEGACY_KERAS=1`` selects tf_keras. TensorFlow is imported when
+these functions are called.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from tictac_hooks.graph import oracle, tf_extract
+from tictac_hooks.graph import oracle
 from tictac_hooks.graph.dag import Graph, GraphError
+from tictac_hooks.graph.tf import keras_models, profiler
 
 # Smallest square input each model family accepts (keras.applications' own checks);
 # others default to 64 x 64, small enough for two CPU cores.
@@ -94,13 +96,13 @@ def analyzed_graph(name: str, training: bool, batch_size: int,
         f"batch {batch_size}) ...")
     model = build_application_model(name, training, batch_size, image_size)
     say(f"tracing ({time.perf_counter() - t0:.1f} s) ...")
-    ext, fn, args = tf_extract.extract_keras_model(model, batch_size, training)
+    ext, fn, args = keras_models.extract_keras_model(model, batch_size, training)
     graph = ext.graph
     say(f"traced: {len(graph)} ops, {len(graph.recvs)} recvs "
         f"({time.perf_counter() - t0:.1f} s); measuring on this CPU ...")
     bar = progress_bar("measuring", out) if progress else None
-    prof = oracle.profile_compute_times(fn, args, steps=steps, warmup=warmup,
-                                        names=[op.name for op in graph.ops], progress=bar)
+    prof = profiler.profile_compute_times(fn, args, steps=steps, warmup=warmup,
+                                          names=[op.name for op in graph.ops], progress=bar)
     say(f"measured: coverage {prof.coverage:.1%} of profiled op time "
         f"({time.perf_counter() - t0:.1f} s)")
     times = {op.name: 0.0 for op in graph.compute_ops}
