@@ -1,7 +1,7 @@
 """The scheduling core: iteration DAGs, time oracles, TIC and TAC, bounds, simulation.
 
 Framework-free: importing a module here imports no TensorFlow, and none imports the
-layers above it. Iteration DAGs and times from real
+layers above it (tests/test_layers.py checks both). Iteration DAGs and times from real
 TensorFlow graphs and measurements come from the :mod:`tictac_hooks.graph.tf`
 subpackage, which imports TensorFlow when its functions are called; of the core only
 ``report.analyze_report`` (``tictac analyze``) calls into it.
