@@ -14,7 +14,7 @@ import argparse
 import math
 
 from tictac_hooks.graph.cli import parse_rate
-from tictac_hooks.graph.report import analyze_report
+from tictac_hooks.graph.tf.analyze import analyze_report
 
 MODELS = ("ResNet50", "InceptionV3", "VGG16", "MobileNetV2")
 

@@ -45,7 +45,7 @@ def main() -> None:
               for n in (int(x) for x in args.layers.split(",") if x)]
     for name in (m for m in args.models.split(",") if m):
         def real(name=name):
-            from tictac_hooks.graph.analyze import analyzed_graph
+            from tictac_hooks.graph.tf.analyze import analyzed_graph
             return analyzed_graph(name, training=True, batch_size=4,
                                   bandwidth_bytes_per_s=125e6, progress=False)
         graphs.append((name, real))

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tictac_hooks.cli import main
-from tictac_hooks.enforce.gate import parse_rendezvous_key
 from tictac_hooks.graph import Graph, GraphError, Schedule, ScheduleError
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key
 
 # database=None: no example database (Hypothesis still keeps its caches in ./.hypothesis,
 # which carries its own .gitignore).

@@ -12,6 +12,7 @@ import pytest
 
 from tictac_hooks.graph import oracle
 from tictac_hooks.graph.dag import COMPUTE, RECV, Graph, GraphError, Op
+from tictac_hooks.graph.tf import profiler
 
 
 def _small_graph():
@@ -67,38 +68,38 @@ def test_times_from_step_stats_median_name_map_and_device():
     steps = [_step_stats([(worker, "mm", 0, d, ""), (worker, "w/read_S1", 0, 5, ""),
                           (ps, "w/read", 0, 7, ""), (worker, "RecvTensor", 0, 0, label)])
              for d in (10, 30, 1000)]
-    times = oracle.times_from_step_stats(steps, {"w/read_S1": "w/read"}, device="/job:worker")
+    times = profiler.times_from_step_stats(steps, {"w/read_S1": "w/read"}, device="/job:worker")
     assert times == pytest.approx({"mm": 30e-6, "w/read": 5e-6})
-    assert oracle.times_from_step_stats(steps, statistic="mean")["mm"] == pytest.approx(
+    assert profiler.times_from_step_stats(steps, statistic="mean")["mm"] == pytest.approx(
         (10 + 30 + 1000) / 3 * 1e-6)
-    rec = oracle.transfers_from_step_stats(steps)
+    rec = profiler.transfers_from_step_stats(steps)
     assert [(r.name, r.bytes, r.source, r.destination) for r in rec] == [
         ("w/read", 256, "ps:0", "worker:0")] * 3
     assert rec[0].seconds == pytest.approx(1e-6)
     with pytest.raises(GraphError, match="StepStats"):
-        oracle.times_from_step_stats(["not a proto"])
+        profiler.times_from_step_stats(["not a proto"])
     with pytest.raises(GraphError, match="no step_stats"):
-        oracle.times_from_step_stats([])
+        profiler.times_from_step_stats([])
 
 
 @pytest.fixture(scope="module")
 def tiny_conv_step():
     import keras
 
-    from tictac_hooks.graph import tf_extract
+    from tictac_hooks.graph.tf import keras_models
 
     model = keras.Sequential([keras.Input((16, 16, 3)),
                               keras.layers.Conv2D(8, 3, activation="relu", name="c1"),
                               keras.layers.Flatten(), keras.layers.Dense(2, name="d")])
     model.compile(optimizer="sgd", loss="mse", jit_compile=False)
-    return tf_extract.extract_keras_model(model, 8, training=True)
+    return keras_models.extract_keras_model(model, 8, training=True)
 
 
 def test_profiler_measures_real_per_op_times(tiny_conv_step):
     ext, fn, args = tiny_conv_step
     calls = []
-    prof = oracle.profile_compute_times(fn, args, steps=3, warmup=1,
-                                        progress=lambda d, t: calls.append((d, t)))
+    prof = profiler.profile_compute_times(fn, args, steps=3, warmup=1,
+                                          progress=lambda d, t: calls.append((d, t)))
     assert calls[-1] == (4, 4)
     assert prof.steps == 3
     assert prof.times and all(t >= 0 for t in prof.times.values())
@@ -109,10 +110,10 @@ def test_profiler_measures_real_per_op_times(tiny_conv_step):
     assert any(n.endswith("c1_1/Relu") or n.endswith("c1/Relu") for n in prof.times)
     assert 0.9 <= prof.coverage <= 1.0
     assert sum(prof.times.values()) > 0
-    assert oracle.measure_compute_times(fn, args, steps=1, warmup=0).keys() <= set(
+    assert profiler.measure_compute_times(fn, args, steps=1, warmup=0).keys() <= set(
         op.name for op in ext.graph.ops)
     with pytest.raises(GraphError, match="steps"):
-        oracle.profile_compute_times(fn, args, steps=0)
+        profiler.profile_compute_times(fn, args, steps=0)
 
 
 def test_patch_tf_profiler_upstream_contract():
@@ -126,7 +127,7 @@ def test_patch_tf_profiler_upstream_contract():
 
 
 def test_analyze_unknown_model_lists_valid_names():
-    from tictac_hooks.graph import analyze
+    from tictac_hooks.graph.tf import analyze
 
     with pytest.raises(GraphError, match="ResNet50.*VGG16|valid keras.applications"):
         analyze.build_application_model("ResNet51", training=True, batch_size=2)
@@ -135,7 +136,7 @@ def test_analyze_unknown_model_lists_valid_names():
 
 
 def test_analyzed_graph_small_application():
-    from tictac_hooks.graph import analyze
+    from tictac_hooks.graph.tf import analyze
 
     out = io.StringIO()
     g = analyze.analyzed_graph("MobileNetV2", training=False, batch_size=2,
@@ -150,7 +151,7 @@ def test_analyzed_graph_small_application():
 
 @pytest.mark.slow
 def test_analyzed_graph_resnet50_training():
-    from tictac_hooks.graph import analyze
+    from tictac_hooks.graph.tf import analyze
 
     g = analyze.analyzed_graph("ResNet50", training=True, batch_size=4,
                                bandwidth_bytes_per_s=125e6, steps=3, warmup=1,

@@ -14,7 +14,9 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from tictac_hooks.graph import oracle, tf_extract  # noqa: E402
+from tictac_hooks.graph import oracle  # noqa: E402
+from tictac_hooks.graph.tf import (functions, keras_models, naming,  # noqa: E402
+                                   partition, profiler)
 from tictac_hooks.graph.dag import GraphError  # noqa: E402
 
 
@@ -61,7 +63,7 @@ def keras(request):
 
 def test_inference_recvs_are_one_read_per_trainable_variable(keras):
     model = _dense_model(keras)
-    ext, fn, args = tf_extract.extract_keras_model(model, batch_size=8, training=False)
+    ext, fn, args = keras_models.extract_keras_model(model, batch_size=8, training=False)
     g = ext.graph
     assert len(g.recvs) == len(model.trainable_variables) == 4
     assert sorted(op.bytes for op in g.recvs) == [8, 32, 64, 128]   # float32 sizes
@@ -74,7 +76,7 @@ def test_inference_recvs_are_one_read_per_trainable_variable(keras):
 
 def test_training_recvs_cover_forward_and_optimizer_reads(keras):
     model = _dense_model(keras)
-    ext, fn, args = tf_extract.extract_keras_model(model, batch_size=8, training=True)
+    ext, fn, args = keras_models.extract_keras_model(model, batch_size=8, training=True)
     g = ext.graph
     reads = _reads_per_variable(ext)
     trainable = [_var_key(v.name) for v in model.trainable_variables]
@@ -102,7 +104,7 @@ def test_training_recvs_cover_forward_and_optimizer_reads(keras):
 def test_conv_model_with_batchnorm_extracts_and_times_run(keras):
     model = _conv_model(keras)
     for training in (True, False):
-        ext, fn, args = tf_extract.extract_keras_model(model, 4, training)
+        ext, fn, args = keras_models.extract_keras_model(model, 4, training)
         trainable = len(model.trainable_variables)
         assert len(ext.graph.recvs) >= trainable
         assert set(ext.recv_variables) == {r.name for r in ext.graph.recvs}
@@ -120,7 +122,7 @@ def test_nested_tf_functions_are_inlined_and_remote_handles_followed():
     def outer(x):
         return inner(x, w.read_value()) + inner(x, w)
 
-    ext = tf_extract.extract_concrete_function(outer.get_concrete_function(tf.ones([2, 4])))
+    ext = functions.extract_concrete_function(outer.get_concrete_function(tf.ones([2, 4])))
     g = ext.graph
     assert len(g.recvs) == 2
     inlined = [op for op in g.ops if op.name.endswith("/MatMul")]
@@ -143,40 +145,40 @@ def test_remote_variables_selection():
         return tf.reduce_sum(a) + tf.reduce_sum(b)
 
     cf = f.get_concrete_function()
-    assert len(tf_extract.graph_from_concrete_function(cf).recvs) == 2
-    only_a = tf_extract.extract_concrete_function(cf, remote_variables=[a])
+    assert len(functions.graph_from_concrete_function(cf).recvs) == 2
+    only_a = functions.extract_concrete_function(cf, remote_variables=[a])
     assert list(only_a.recv_variables.values()) == [a.name]
     assert only_a.graph.recvs[0].bytes == 12
     # b stays local: its handle placeholder and read are ordinary compute ops.
     assert len(only_a.graph.compute_ops) > len(
-        tf_extract.graph_from_concrete_function(cf).compute_ops)
-    assert not tf_extract.graph_from_concrete_function(cf, remote_variables=["/job:ps"]).recvs
-    assert len(tf_extract.graph_from_concrete_function(
+        functions.graph_from_concrete_function(cf).compute_ops)
+    assert not functions.graph_from_concrete_function(cf, remote_variables=["/job:ps"]).recvs
+    assert len(functions.graph_from_concrete_function(
         cf, remote_variables=lambda v: v.shape[0] == 5).recvs) == 1
 
 
 def test_clear_errors():
     with pytest.raises(GraphError, match="ConcreteFunction"):
-        tf_extract.extract_concrete_function(lambda x: x)
+        functions.extract_concrete_function(lambda x: x)
     with pytest.raises(GraphError, match="remote_variables"):
-        tf_extract.extract_concrete_function(
+        functions.extract_concrete_function(
             tf.function(lambda: tf.constant(1)).get_concrete_function(), remote_variables=3)
     with pytest.raises(GraphError, match="output_partition_graphs"):
-        tf_extract.extract_partition_graphs([])
+        partition.extract_partition_graphs([])
     import keras
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
     with pytest.raises(GraphError, match="not compiled"):
-        tf_extract.extract_keras_model(model, 4, training=True)
+        keras_models.extract_keras_model(model, 4, training=True)
     with pytest.raises(GraphError, match="batch_size"):
-        tf_extract.extract_keras_model(model, 0, training=False)
+        keras_models.extract_keras_model(model, 0, training=False)
 
 
 def test_sending_node_name_and_task():
-    assert (tf_extract.sending_node_name("edge_74_sequential/d1/MatMul/ReadVariableOp")
+    assert (naming.sending_node_name("edge_74_sequential/d1/MatMul/ReadVariableOp")
             == "sequential/d1/MatMul/ReadVariableOp")
-    assert tf_extract.sending_node_name("x/edge_3_y") == "x/edge_3_y"
-    assert tf_extract.task_of("/job:ps/replica:0/task:1/device:CPU:0") == "ps:1"
-    assert tf_extract.task_of("/device:CPU:0") is None
+    assert naming.sending_node_name("x/edge_3_y") == "x/edge_3_y"
+    assert naming.task_of("/job:ps/replica:0/task:1/device:CPU:0") == "ps:1"
+    assert naming.task_of("/device:CPU:0") is None
 
 
 # --- graph mode on a real PS cluster --------------------------------------------------
@@ -222,7 +224,7 @@ def graph_mode_run():
 @pytest.mark.cluster
 def test_partition_graph_recvs_are_the_ps_reads(graph_mode_run):
     md = graph_mode_run[-1]
-    ext = tf_extract.extract_partition_graphs(md.partition_graphs)
+    ext = partition.extract_partition_graphs(md.partition_graphs)
     g = ext.graph
     # Recv names are the PS-side sending nodes (the rendezvous key's edge_<n>_<name>).
     ps_nodes = {n.name for pg in md.partition_graphs for n in pg.node
@@ -234,36 +236,36 @@ def test_partition_graph_recvs_are_the_ps_reads(graph_mode_run):
     assert sorted(ext.name_map.values()) == sorted(r.name for r in g.recvs)
     assert all(k != v for k, v in ext.name_map.items())
     # Worker compute: forward, backward and the gradient _Sends to the PS, no PS op.
-    assert "worker:0" in tf_extract.task_of(next(
+    assert "worker:0" in naming.task_of(next(
         n.device for pg in md.partition_graphs for n in pg.node if n.name == g.ops[-1].name))
     assert any(t == "_Send" for t in ext.op_types.values())
     assert all(any(r.name in op.inputs for op in g.ops) for r in g.recvs)
     with pytest.raises(GraphError, match="not among"):
-        tf_extract.extract_partition_graphs(md.partition_graphs, worker="worker:7")
-    assert len(tf_extract.graph_from_partition_graphs(
+        partition.extract_partition_graphs(md.partition_graphs, worker="worker:7")
+    assert len(partition.graph_from_partition_graphs(
         md.partition_graphs, worker="/job:worker/task:0")) == len(g)
 
 
 @pytest.mark.cluster
 def test_step_stats_oracle_from_the_same_run(graph_mode_run):
-    ext = tf_extract.extract_partition_graphs(graph_mode_run[-1].partition_graphs)
-    times = oracle.times_from_step_stats(graph_mode_run, ext.name_map,
-                                         device="/job:worker/replica:0/task:0")
+    ext = partition.extract_partition_graphs(graph_mode_run[-1].partition_graphs)
+    times = profiler.times_from_step_stats(graph_mode_run, ext.name_map,
+                                           device="/job:worker/replica:0/task:0")
     compute = {op.name for op in ext.graph.compute_ops}
     assert set(times) <= compute
     assert len(set(times) & compute) >= len(compute) // 2
     assert all(t >= 0 for t in times.values()) and sum(times.values()) > 0
-    everything = oracle.transfers_from_step_stats(graph_mode_run)
+    everything = profiler.transfers_from_step_stats(graph_mode_run)
     # The PS pulls the 3 gradients and the learning rate from the worker, too.
     assert {(t.source, t.destination) for t in everything} == {
         ("ps:0", "worker:0"), ("worker:0", "ps:0")}
-    transfers = oracle.transfers_from_step_stats(graph_mode_run, destination="worker:0")
+    transfers = profiler.transfers_from_step_stats(graph_mode_run, destination="worker:0")
     assert {t.name for t in transfers} == {r.name for r in ext.graph.recvs}
     assert len(transfers) == 3 * 3
     assert sorted(oracle.recv_bytes_from_transfers(transfers).values()) == [64, 128, 256]
     # Partition graphs carry no shapes; sizes come from the transfer records.
     assert all(r.bytes is None for r in ext.graph.recvs)
-    sized = tf_extract.with_recv_bytes(ext.graph, oracle.recv_bytes_from_transfers(transfers))
+    sized = partition.with_recv_bytes(ext.graph, oracle.recv_bytes_from_transfers(transfers))
     assert sized.summary()["param_bytes"] == (4 * 16 + 16 + 16 * 2) * 4
     recv_times = oracle.recv_times_from_transfers(transfers)
     assert set(recv_times) == {r.name for r in ext.graph.recvs}
@@ -296,7 +298,7 @@ def test_a_tensor_received_twice_is_two_recvs_named_by_their_edges():
     node("fwd1", "MatMul", ["r_k1"])
     node("fwd2", "MatMul", ["fwd1", "r_k2"])
     node("grad1", "MatMul", ["fwd2", "r_k1_again"])
-    ext = tf_extract.extract_partition_graphs([gd])
+    ext = partition.extract_partition_graphs([gd])
     g = ext.graph
     assert sorted(r.name for r in g.recvs) == [
         "edge_3_l1/kernel/read", "edge_9_l1/kernel/read", "l2/kernel/read"]
@@ -307,7 +309,7 @@ def test_a_tensor_received_twice_is_two_recvs_named_by_their_edges():
     order = tic(g).order
     assert order[0] == "edge_3_l1/kernel/read" and order[-1] == "edge_9_l1/kernel/read"
     gd.node[0].input.append("^fwd2")
-    assert tf_extract.extract_partition_graphs([gd]).dropped_inputs == {
+    assert partition.extract_partition_graphs([gd]).dropped_inputs == {
         "edge_9_l1/kernel/read": ("fwd2",)}
 
 
@@ -331,7 +333,7 @@ def test_shape_only_consumers_are_not_uses_of_a_recv():
         if tensor:
             n.attr["tensor_name"].s = tensor.encode()
             n.attr["send_device"].s = ps.encode()
-    g = tf_extract.extract_partition_graphs([gd]).graph
+    g = partition.extract_partition_graphs([gd]).graph
     by_name = {op.name: op for op in g.ops}
     assert by_name["shape2"].inputs == ()
     assert "l2/kernel/read" in by_name["grad2"].inputs

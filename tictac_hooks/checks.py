@@ -102,6 +102,12 @@ def port_free(port_number: int, what: str) -> None:
                 raise
 
 
+def check_window(window_bytes: Any) -> int:
+    if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or window_bytes < 0:
+        raise ValueError(f"window_bytes must be an integer >= 0, got {window_bytes!r}")
+    return window_bytes
+
+
 # -- argparse types -----------------------------------------------------------------------
 
 def _arg(parse: Callable[[str], Any], check: Callable[[Any], Any]) -> Callable[[str], Any]:

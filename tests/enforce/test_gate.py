@@ -4,8 +4,9 @@ import asyncio
 
 import pytest
 
-from tictac_hooks.enforce.gate import Gate, parse_rendezvous_key
+from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key
 
 DEST = "/job:worker/replica:0/task:0/device:CPU:0"
 

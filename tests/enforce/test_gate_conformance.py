@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from tictac_hooks.enforce.gate import Gate, parse_rendezvous_key
+from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key
 
 SKIP_S = 0.25
 SRC = "/job:ps/replica:0/task:0/device:CPU:0"

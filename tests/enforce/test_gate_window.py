@@ -5,7 +5,8 @@ import asyncio
 
 import pytest
 
-from tictac_hooks.enforce.gate import Gate, check_window
+from tictac_hooks.checks import check_window
+from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
 
 DEST = "/job:worker/replica:0/task:0/device:CPU:0"

@@ -59,7 +59,7 @@ class Runner:
 
     def profile(self) -> tuple[dict, dict, set, list]:
         """Traced steps on the interposed set, no schedule: DAG per worker etc."""
-        from tictac_hooks.callbacks.session_hook import traced_worker_graphs
+        from tictac_hooks.graph.tf.traced import traced_worker_graphs
         tf = self.tf
         traced = []
         for _ in range(self.cfg["profile_steps"]):
@@ -75,7 +75,7 @@ class Runner:
     def _sized(self, graph: Any) -> Any:
         """Recvs the trace gave no size (RPC records miss some) get the size of the
         sending node's output in the client's graph (a variable read: its shape)."""
-        from tictac_hooks.graph.tf_extract import with_recv_bytes
+        from tictac_hooks.graph.tf.partition import with_recv_bytes
         sizes = {}
         for op in graph.recvs:
             if op.bytes is not None:

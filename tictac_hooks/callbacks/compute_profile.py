@@ -103,14 +103,14 @@ def _child(spec_path: str, out_path: str) -> None:
         import tf_keras as keras
     else:
         import keras
-    from tictac_hooks.graph import oracle, tf_extract
+    from tictac_hooks.graph.tf import keras_models, profiler
     model = keras.models.model_from_json(spec["model_json"])
     if spec["training"]:
         optimizer = keras.optimizers.deserialize(spec["optimizer"])
         model.compile(optimizer=optimizer, loss=spec["loss"])
-    ext, fn, args = tf_extract.extract_keras_model(model, spec["batch_size"], spec["training"])
-    profile = oracle.profile_compute_times(fn, args, steps=spec.get("steps", 5),
-                                           names=[op.name for op in ext.graph.ops])
+    ext, fn, args = keras_models.extract_keras_model(model, spec["batch_size"], spec["training"])
+    profile = profiler.profile_compute_times(fn, args, steps=spec.get("steps", 5),
+                                             names=[op.name for op in ext.graph.ops])
     with open(out_path, "w") as f:
         json.dump({"times": profile.times, "coverage": profile.coverage}, f)
 

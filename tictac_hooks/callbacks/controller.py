@@ -74,7 +74,7 @@ class Settings:
     def check(**values: Any) -> dict[str, Any]:
         """The given settings, checked (None: not given, left for the flag or default)."""
         from tictac_hooks import checks
-        from tictac_hooks.enforce.gate import check_window
+        from tictac_hooks.checks import check_window
 
         checkers = {
             "algorithm": tictac_flags.check_algorithm,

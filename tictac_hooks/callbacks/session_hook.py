@@ -12,6 +12,7 @@ from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
+from tictac_hooks.graph.tf.traced import NoWorkerTaskError, traced_worker_graphs
 
 log = logging.getLogger("tictac")
 
@@ -165,7 +166,10 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         if not self._traced:
             raise TicTacSetupError("no traced step: the session did not return run metadata "
                                    "(is the hook's RunOptions honoured by this session?)")
-        graphs, compute, late = traced_worker_graphs(self._traced, self.workers)
+        try:
+            graphs, compute, late = traced_worker_graphs(self._traced, self.workers)
+        except NoWorkerTaskError as e:
+            raise TicTacSetupError(str(e)) from None
         self._traced = []  # free the metadata
         return StepDAG(graphs, compute, late=frozenset(late), bandwidth=self.bandwidth)
 
@@ -181,37 +185,6 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                                                and int(task.get("index", 0)) == 0)
 
 
-def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = None
-                         ) -> tuple[dict[str, Any], dict[str, float], set[str]]:
-    """DAG per worker task, compute times and late recvs from traced steps' RunMetadata
-    (``FULL_TRACE``, partition graphs): what :meth:`Controller.switch` takes.
-
-    The last traced step's partition graphs give each worker's DAG (with transfer sizes
-    from the traced RecvTensor records); ``step_stats`` of every traced step the compute
-    times. Only parameter reads are scheduled; other PS-to-worker tensors (control-flow
-    values, e.g. of a global-step update) depend on the step's own progress: ``late``.
-    """
-    from tictac_hooks.graph import oracle, tf_extract
-    partition_graphs = traced[-1].partition_graphs
-    workers = list(workers) if workers else _worker_tasks(partition_graphs)
-    step_stats = [m.step_stats for m in traced]
-    graphs, late = {}, set()
-    compute: dict[str, float] = {}
-    for worker in workers:
-        ext = tf_extract.extract_partition_graphs(partition_graphs, worker=worker)
-        device = "/job:{}/replica:0/task:{}".format(*worker.split(":"))
-        transfers = oracle.transfers_from_step_stats(step_stats, destination=device)
-        graphs[worker] = tf_extract.with_recv_bytes(
-            ext.graph, oracle.recv_bytes_from_transfers(transfers))
-        late |= set(ext.dropped_inputs)
-        compute.update(oracle.times_from_step_stats(step_stats, name_map=ext.name_map,
-                                                    device=device))
-    reads = _parameter_reads(partition_graphs)
-    for graph in graphs.values():
-        late |= {op.name for op in graph.recvs if op.name not in reads}
-    return graphs, compute, late
-
-
 def _tf_config() -> Mapping[str, Any]:
     raw = os.environ.get("TF_CONFIG")
     if not raw:
@@ -224,41 +197,3 @@ def _tf_config() -> Mapping[str, Any]:
     if "cluster" not in config:
         raise TicTacSetupError("TF_CONFIG has no 'cluster'")
     return config
-
-
-PARAMETER_READ_OPS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGatherNd",
-                                "VariableV2", "Variable", "VarHandleOp"})
-
-
-def _parameter_reads(partition_graphs: Sequence[Any], ps_job: str = "ps") -> set[str]:
-    """Names of the PS nodes that read a parameter (what TicTac orders): variable
-    reads, and ``Identity`` reads (``<var>/read``) of reference variables."""
-    reads = set()
-    for graph_def in partition_graphs:
-        nodes = {n.name: n for n in graph_def.node}
-        for node in graph_def.node:
-            if f"/job:{ps_job}/" not in node.device:
-                continue
-            if node.op in PARAMETER_READ_OPS:
-                reads.add(node.name)
-            elif node.op == "Identity" and node.input:
-                src = nodes.get(node.input[0].split(":")[0].lstrip("^"))
-                if src is not None and src.op in ("VariableV2", "Variable"):
-                    reads.add(node.name)
-    return reads
-
-
-def _worker_tasks(partition_graphs: Sequence[Any]) -> list[str]:
-    """Every ``worker:<i>`` task that ran a partition of the traced step."""
-    from tictac_hooks.graph.tf_extract import task_of
-    tasks = set()
-    for graph_def in partition_graphs:
-        for node in graph_def.node:
-            task = task_of(node.device)
-            if task and task.startswith("worker:"):
-                tasks.add(task)
-            break
-    if not tasks:
-        raise TicTacSetupError("the traced step ran on no 'worker' task: TicTacHook needs "
-                               "a PS cluster (replica_device_setter, worker and ps jobs)")
-    return sorted(tasks, key=lambda t: int(t.split(":")[1]))

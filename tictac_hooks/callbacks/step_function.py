@@ -24,7 +24,7 @@ def dag_of(concrete: Any, compute_times: Mapping[str, float] | None = None,
     """The DAG of a traced step function: its reads of PS variables are the recvs.
     Reads ordered after same-step work (their inputs were dropped) are left
     unscheduled (``late``)."""
-    from tictac_hooks.graph import tf_extract
-    extraction = tf_extract.extract_concrete_function(concrete, remote_variables=["/job:ps"])
+    from tictac_hooks.graph.tf.functions import extract_concrete_function
+    extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
     return StepDAG(extraction.graph, compute_times, late=frozenset(extraction.dropped_inputs),
                    bandwidth=bandwidth)

@@ -33,7 +33,7 @@ from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
 
 def worker_run_name(device: str) -> str:
     """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker_1``."""
-    from tictac_hooks.graph.tf_extract import task_of
+    from tictac_hooks.graph.tf.naming import task_of
     task = task_of(device)
     return task.replace(":", "_") if task else re.sub(r"[^A-Za-z0-9_.-]", "_", device)
 

@@ -36,8 +36,8 @@ import time
 from typing import Any, Callable
 
 from tictac_hooks import checks
+from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.graph.tf_extract import sending_node_name
 from tictac_hooks.records import GateStep, SkipRecord, TransferRecord
 
 # Ticket.state values.
@@ -535,20 +535,3 @@ def _reordered(handed: list[Ticket]) -> int:
                 n += 1
             highest = max(highest, t.priority)
     return n
-
-
-def check_window(window_bytes: Any) -> int:
-    if isinstance(window_bytes, bool) or not isinstance(window_bytes, int) or window_bytes < 0:
-        raise ValueError(f"window_bytes must be an integer >= 0, got {window_bytes!r}")
-    return window_bytes
-
-
-def parse_rendezvous_key(key: str) -> tuple[str, str, str]:
-    """(transfer name, destination device, full tensor name) of a rendezvous key
-    ``src;incarnation;dst;edge_<n>_<name>;frame:iter``: the arguments of
-    :meth:`Gate.arrive`."""
-    parts = key.split(";")
-    if len(parts) < 4:
-        return key, "", ""
-    return sending_node_name(parts[3]), parts[2], parts[3]
-

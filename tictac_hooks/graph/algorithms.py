@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tictac_hooks.graph.dag import Graph
-from tictac_hooks.graph.oracle_generic import generic_times
+from tictac_hooks.graph.oracle import generic_times
 from tictac_hooks.graph.properties import DependencyClasses, OutstandingState
 from tictac_hooks.graph.schedule import Schedule
 

@@ -1,4 +1,5 @@
-"""`tictac order`, `tictac simulate` and `tictac analyze`."""
+"""`tictac order` and `tictac simulate` (`tictac analyze`, which needs TensorFlow, is in
+graph/tf/cli.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import argparse
 import json
 import math
 
-from tictac_hooks.checks import arg_whole_number
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule
@@ -38,30 +38,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=_seed, default=0,
                    help="seed for random orders and tie-breaking, an integer >= 0 (default 0)")
     p.set_defaults(func=_simulate)
-
-    p = sub.add_parser(
-        "analyze", help="analyze a Keras application model: bounds, E and gains of TIC/TAC",
-        description="Build a Keras application model (random weights, nothing downloaded), "
-                    "extract its worker DAG, measure compute on this CPU, derive transfer "
-                    "times from bytes / bandwidth, and print U, L, S and the makespan and "
-                    "efficiency E of random order, TIC and TAC.")
-    p.add_argument("--model", required=True, help="keras.applications name, e.g. ResNet50")
-    p.add_argument("--training", action="store_true",
-                   help="analyze a training step (forward, backward, update); default inference")
-    p.add_argument("--batch-size", type=arg_whole_number(1), default=8,
-                   help="batch size (default 8)")
-    p.add_argument("--image-size", type=int, default=None,
-                   help="input height/width (default: small, the model's minimum or 64)")
-    p.add_argument("--bandwidth", default="1Gbit", type=_rate_arg,
-                   help="link rate for transfer times, e.g. 1Gbit, 100Mbit, 10Gbit, 125MB "
-                        "(default 1Gbit)")
-    p.add_argument("--ps", type=arg_whole_number(1), default=1,
-                   help="number of PS tasks; variables are spread round-robin (default 1)")
-    p.add_argument("--seeds", type=arg_whole_number(1), default=10,
-                   help="random orders to simulate for the baseline (default 10)")
-    p.add_argument("--json", metavar="OUT.json", help="also write the figures as JSON")
-    p.add_argument("--save-graph", metavar="GRAPH.json", help="write the timed DAG as graph JSON")
-    p.set_defaults(func=_analyze)
 
 
 def _seed(text: str) -> int:
@@ -128,16 +104,3 @@ def _rate_arg(text: str) -> str:
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
-
-
-def _analyze(args: argparse.Namespace) -> int:
-    from tictac_hooks.graph.report import analyze_report  # imports TensorFlow
-    report = analyze_report(model=args.model, training=args.training,
-                            batch_size=args.batch_size, image_size=args.image_size,
-                            bandwidth=parse_rate(args.bandwidth), num_ps=args.ps,
-                            seeds=args.seeds, save_graph=args.save_graph)
-    print(report.table())
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report.to_json(), f, indent=1, allow_nan=False)
-    return 0

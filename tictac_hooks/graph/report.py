@@ -98,20 +98,3 @@ def analyze_graph(graph: Graph, seeds: int = 10) -> tuple[Bounds, list[Row]]:
         m = simulate(graph, schedule).makespan
         rows.append(Row(label, m, b.efficiency(m), b.dependency_efficiency(m), seconds))
     return b, rows
-
-
-def analyze_report(model: str, training: bool, batch_size: int, image_size: int | None,
-                   bandwidth: float, num_ps: int = 1, seeds: int = 10,
-                   save_graph: str | None = None, progress: bool = True) -> AnalyzeReport:
-    from tictac_hooks.graph.analyze import analyzed_graph  # imports TensorFlow
-    graph = analyzed_graph(model, training=training, batch_size=batch_size,
-                           bandwidth_bytes_per_s=bandwidth, image_size=image_size,
-                           progress=progress)
-    graph = spread_over_ps(graph, num_ps)
-    if save_graph:
-        graph.save(save_graph)
-    b, rows = analyze_graph(graph, seeds)
-    config = {"model": model, "training": training, "batch_size": batch_size,
-              "image_size": image_size, "bandwidth_bytes_per_s": bandwidth, "ps": num_ps,
-              "seeds": seeds}
-    return AnalyzeReport(config=config, summary=graph.summary(), bounds=b, rows=rows)

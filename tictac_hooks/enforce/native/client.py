@@ -15,8 +15,9 @@ import threading
 from typing import Any
 
 from tictac_hooks import checks
+from tictac_hooks.checks import check_window
 from tictac_hooks.enforce.api import GateClient, GateError, check_install_size
-from tictac_hooks.enforce.gate import InstallResult, check_window
+from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 from tictac_hooks.records import checked_steps
 

@@ -21,7 +21,7 @@ const char* StateName(State s) {
 }
 
 std::string SendingNodeName(const std::string& tensor) {
-  // "edge_<digits>_" prefix, as tf_extract._EDGE_PREFIX.
+  // "edge_<digits>_" prefix, as _EDGE_PREFIX in graph/tf/naming.py.
   if (tensor.compare(0, 5, "edge_") != 0) return tensor;
   size_t i = 5;
   while (i < tensor.size() && tensor[i] >= '0' && tensor[i] <= '9') ++i;

@@ -58,7 +58,7 @@ using Entry = std::pair<std::string, int>;
 
 // (transfer name, destination device, full tensor name) of a rendezvous key
 // "src;incarnation;dst;edge_<n>_<name>;frame:iter"; the Python twin is
-// enforce/gate.py:parse_rendezvous_key.
+// graph/tf/naming.py:parse_rendezvous_key.
 struct Key {
   std::string name, dest, tensor;
 };

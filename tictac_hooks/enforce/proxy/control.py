@@ -18,7 +18,7 @@ import grpc
 from grpc import aio
 
 from tictac_hooks import checks
-from tictac_hooks.enforce.gate import check_window
+from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 CONTROL_SERVICE = "tictac.Rendezvous"

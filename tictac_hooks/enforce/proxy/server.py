@@ -13,10 +13,11 @@ from typing import Any, Callable
 from grpc import aio
 
 from tictac_hooks.enforce.api import MAX_INSTALL_BYTES
-from tictac_hooks.enforce.gate import Gate, Ticket, parse_rendezvous_key
+from tictac_hooks.enforce.gate import Gate, Ticket
 from tictac_hooks.enforce.proxy.connection import _Connection
 from tictac_hooks.enforce.proxy.control import CONTROL_PREFIX, _ControlHandler, dispatch
 from tictac_hooks.enforce.proxy.pipes import _listen, _set_nodelay
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key
 
 log = logging.getLogger(__name__)
 

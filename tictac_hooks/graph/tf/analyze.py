@@ -1,10 +1,11 @@
 """Timed iteration DAGs of ``keras.applications`` models, for ``tictac analyze``.
 
 :func:`analyzed_graph` builds a model (random weights), traces one training or
-inference step (:mod:`tictac_hooks.graph.tf_extract`), measures every compute op on
-this machine with the TensorFlow profiler, and times every recv as bytes / bandwidth
-(:mod:`tictac_hooks.graph.oracle`). Keras 3 is used unless ``TF_USE_LEGACY_KERAS=1``
-selects tf_keras. TensorFlow is imported when these functions are called.
+inference step (:mod:`tictac_hooks.graph.tf.keras_models`), measures every compute op
+on this machine with the TensorFlow profiler (:mod:`tictac_hooks.graph.tf.profiler`),
+and times every recv as bytes / bandwidth (:mod:`tictac_hooks.graph.oracle`). Keras 3
+is used unless ``TF_USE_LEGACY_KERAS=1`` selects tf_keras. TensorFlow is imported when
+these functions are called.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import sys
 import time
 from typing import Any, Callable, TextIO
 
-from tictac_hooks.graph import oracle, tf_extract
+from tictac_hooks.graph import oracle
 from tictac_hooks.graph.dag import Graph, GraphError
+from tictac_hooks.graph.report import AnalyzeReport, analyze_graph, spread_over_ps
+from tictac_hooks.graph.tf import keras_models, profiler
 
 # Smallest square input each model family accepts (keras.applications' own checks);
 # others default to 64 x 64, small enough for two CPU cores.
@@ -94,13 +97,13 @@ def analyzed_graph(name: str, training: bool, batch_size: int,
         f"batch {batch_size}) ...")
     model = build_application_model(name, training, batch_size, image_size)
     say(f"tracing ({time.perf_counter() - t0:.1f} s) ...")
-    ext, fn, args = tf_extract.extract_keras_model(model, batch_size, training)
+    ext, fn, args = keras_models.extract_keras_model(model, batch_size, training)
     graph = ext.graph
     say(f"traced: {len(graph)} ops, {len(graph.recvs)} recvs "
         f"({time.perf_counter() - t0:.1f} s); measuring on this CPU ...")
     bar = progress_bar("measuring", out) if progress else None
-    prof = oracle.profile_compute_times(fn, args, steps=steps, warmup=warmup,
-                                        names=[op.name for op in graph.ops], progress=bar)
+    prof = profiler.profile_compute_times(fn, args, steps=steps, warmup=warmup,
+                                          names=[op.name for op in graph.ops], progress=bar)
     say(f"measured: coverage {prof.coverage:.1%} of profiled op time "
         f"({time.perf_counter() - t0:.1f} s)")
     times = {op.name: 0.0 for op in graph.compute_ops}
@@ -120,3 +123,20 @@ def progress_bar(label: str, stream: TextIO | None = None,
         out.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}{end}")
         out.flush()
     return update
+
+
+def analyze_report(model: str, training: bool, batch_size: int, image_size: int | None,
+                   bandwidth: float, num_ps: int = 1, seeds: int = 10,
+                   save_graph: str | None = None, progress: bool = True) -> AnalyzeReport:
+    """Builds the model, times its DAG on this machine and analyzes it (graph/report.py)."""
+    graph = analyzed_graph(model, training=training, batch_size=batch_size,
+                           bandwidth_bytes_per_s=bandwidth, image_size=image_size,
+                           progress=progress)
+    graph = spread_over_ps(graph, num_ps)
+    if save_graph:
+        graph.save(save_graph)
+    b, rows = analyze_graph(graph, seeds)
+    config = {"model": model, "training": training, "batch_size": batch_size,
+              "image_size": image_size, "bandwidth_bytes_per_s": bandwidth, "ps": num_ps,
+              "seeds": seeds}
+    return AnalyzeReport(config=config, summary=graph.summary(), bounds=b, rows=rows)

@@ -1,0 +1,268 @@
+"""Iteration DAGs of TF2 ``tf.function`` graphs (docs/ALGORITHMS.md, "Model").
+
+:func:`extract_concrete_function` -- a traced ``tf.function`` (a ``ConcreteFunction``):
+reads of variables that live on a PS are the recvs. Returns an
+:class:`~tictac_hooks.graph.tf.extraction.Extraction`, whose ``graph`` is the
+:class:`~tictac_hooks.graph.dag.Graph` a scheduler orders.
+
+No TensorFlow is imported here: the functions work on the objects TensorFlow handed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping
+
+from tictac_hooks.graph.dag import COMPUTE, DEFAULT_CHANNEL, RECV, Graph, GraphError, Op
+from tictac_hooks.graph.tf.extraction import Extraction, _input_node
+from tictac_hooks.graph.tf.naming import PARAMETER_READ_OPS, task_of
+
+# Ops that only forward a resource handle.
+HANDLE_FORWARDING_OPS = frozenset({"Identity"})
+# Function-call ops whose bodies are inlined (TF inlines them before running too).
+CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+
+
+def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) -> Extraction:
+    """The iteration DAG of a traced ``tf.function`` (a ``ConcreteFunction``).
+
+    Args:
+      concrete_fn: ``f.get_concrete_function(...)`` of a ``tf.function``.
+      remote_variables: which captured variables live on a PS. None: all of them (for
+        offline analysis of a model as it would run under ParameterServerStrategy,
+        where every variable is on a PS). Otherwise a predicate ``variable -> bool``, or
+        an iterable of variables, variable handles, or device substrings (e.g.
+        ``"/job:ps"``).
+
+    Returns:
+      An :class:`Extraction`. Modelling choices:
+
+      * Each read of a remote variable (``ReadVariableOp``, ``ResourceGather``...) is a
+        recv named after the read node (as the rendezvous key names it), ``bytes`` the
+        variable's size (None for gathers), channel ``"<job>:<task>"`` from the
+        variable's device, ``"ps:0"`` for a local variable (``/job:localhost``). A variable read twice is two transfers.
+        Inputs of a read other than the handle (control edges from automatic control
+        dependencies, gather indices) are dropped and listed in ``dropped_inputs``.
+      * Ops that consume a remote handle otherwise (``AssignVariableOp``,
+        ``AssignSubVariableOp``, ``ResourceApply*``...) run on the PS: they are KEPT as
+        compute ops (their inputs are what the worker pushes, their consumers wait on
+        them) and listed in ``ps_side``, to be given time 0.
+      * The resource-handle placeholders of remote variables (and ``Identity`` ops
+        forwarding them) are not worker work and are left out, with their edges.
+      * ``PartitionedCall``/``StatefulPartitionedCall`` bodies are inlined, their nodes
+        named ``<call node>/<body node>`` (remote handles passed as arguments are
+        followed inside). ``While``/``If``/``Case`` and other function-valued ops stay
+        single compute ops; a remote variable they take is read inside them, which is
+        not modelled as a recv (listed in ``warnings``).
+      * Constants, placeholders and NoOps are kept as compute ops (profiling gives them
+        ~0); data and control edges are both dependencies.
+
+    Raises:
+      GraphError: the argument is not a concrete function, or a malformed graph.
+    """
+    graph = getattr(concrete_fn, "graph", None)
+    if graph is None or not hasattr(graph, "as_graph_def"):
+        raise GraphError(f"expected a ConcreteFunction (tf.function(...).get_concrete_"
+                         f"function(...)), got {type(concrete_fn).__name__}")
+    is_remote = _remote_predicate(remote_variables)
+    variables = {id(v.handle): v for v in getattr(concrete_fn, "variables", ())}
+    remote_handles: dict[str, Any] = {}
+    for external, internal in graph.captures:
+        var = variables.get(id(external))
+        if var is not None and is_remote(var, external):
+            remote_handles[internal.op.name] = var
+    graph_def = graph.as_graph_def()
+    library = {f.signature.name: f for f in graph_def.library.function}
+    builder = _Builder(library)
+    builder.add_nodes(
+        [_Node(n.name, n.op, list(n.input), n.attr) for n in graph_def.node],
+        prefix="", arg_map={}, remote={k: v for k, v in remote_handles.items()})
+    return builder.finish()
+
+
+def graph_from_concrete_function(concrete_fn: Any, remote_variables: Any = None) -> Graph:
+    """The iteration DAG of a ``ConcreteFunction``; see :func:`extract_concrete_function`."""
+    return extract_concrete_function(concrete_fn, remote_variables).graph
+
+
+def _remote_predicate(remote_variables: Any) -> Callable[[Any, Any], bool]:
+    if remote_variables is None:
+        return lambda var, handle: True
+    if callable(remote_variables):
+        return lambda var, handle: bool(remote_variables(var))
+    if isinstance(remote_variables, (str, bytes)) or not isinstance(remote_variables, Iterable):
+        raise GraphError("remote_variables must be None, a predicate, or an iterable of "
+                         f"variables, handles or device strings; got {remote_variables!r}")
+    items = list(remote_variables)
+    devices = [x for x in items if isinstance(x, str)]
+    objects = [x for x in items if not isinstance(x, str)]
+
+    def check(var: Any, handle: Any) -> bool:
+        if any(d in (var.device or "") for d in devices):
+            return True
+        return any(o is var or o is handle or o is getattr(var, "handle", None)
+                   for o in objects)
+    return check
+
+
+@dataclasses.dataclass
+class _Node:
+    name: str
+    op: str
+    inputs: list[str]
+    attr: Any
+
+
+class _Builder:
+    """Walks a GraphDef (and inlined function bodies) into DAG ops."""
+
+    def __init__(self, library: Mapping[str, Any]):
+        self.library = library
+        self.ops: list[Op] = []
+        self.names: set[str] = set()
+        self.op_types: dict[str, str] = {}
+        self.ps_side: set[str] = set()
+        self.dropped: dict[str, tuple[str, ...]] = {}
+        self.warnings: list[str] = []
+        self.recv_variables: dict[str, str] = {}
+        # Per inlined call: how a consumer of "<call>:<k>" / "^<call>" resolves.
+        self.outputs: dict[str, list[list[str]]] = {}
+        self.control_outputs: dict[str, list[str]] = {}
+
+    def add_nodes(self, nodes: list[_Node], prefix: str,
+                  arg_map: Mapping[str, list[str]], remote: dict[str, Any]) -> None:
+        """``arg_map``: function argument name -> the op names it stands for.
+        ``remote``: node or argument name (unprefixed) -> remote variable."""
+        for node in nodes:
+            full = prefix + node.name
+            deps: list[str] = []
+            remote_inputs = []
+            for raw in node.inputs:
+                src, control = _input_node(raw)
+                if src in remote:
+                    remote_inputs.append(remote[src])
+                    continue
+                deps.extend(self._resolve(src, raw, prefix, arg_map, control))
+            deps = list(dict.fromkeys(deps))
+            if node.name in remote:                        # a remote handle placeholder
+                continue
+            if remote_inputs and node.op in HANDLE_FORWARDING_OPS:
+                remote[node.name] = remote_inputs[0]
+                continue
+            if remote_inputs and node.op in PARAMETER_READ_OPS:
+                var = remote_inputs[0]
+                nbytes = (_variable_bytes(var) if node.op == "ReadVariableOp" else None)
+                self._add(Op(name=full, kind=RECV, channel=_channel(var),
+                             bytes=nbytes), node.op)
+                self.recv_variables[full] = var.name
+                if deps:
+                    self.dropped[full] = tuple(deps)
+                continue
+            if node.op in CALL_OPS and node.attr["f"].func.name in self.library:
+                self._inline(node, full, remote, prefix, arg_map)
+                continue
+            if remote_inputs:
+                if _has_function_attr(node):
+                    self.warnings.append(
+                        f"{full} ({node.op}) takes remote variable(s) "
+                        f"{[v.name for v in remote_inputs][:3]}; their reads inside it "
+                        "are not modelled as recvs")
+                else:
+                    self.ps_side.add(full)
+            self._add(Op(name=full, kind=COMPUTE, inputs=tuple(deps)), node.op)
+
+    def _resolve(self, src: str, raw: str, prefix: str, arg_map: Mapping[str, list[str]],
+                 control: bool) -> list[str]:
+        if src in arg_map and not prefix + src in self.names:
+            return list(arg_map[src])
+        full = prefix + src
+        if full in self.outputs:                           # an inlined call
+            if control:
+                return list(self.control_outputs[full])
+            outs = self.outputs[full]
+            index = _output_index(raw)
+            if index is not None and index < len(outs):
+                return list(outs[index])
+            return [d for out in outs for d in out] or list(self.control_outputs[full])
+        return [full]
+
+    def _inline(self, node: _Node, full: str, remote: dict[str, Any], prefix: str,
+                arg_map: Mapping[str, list[str]]) -> None:
+        fdef = self.library[node.attr["f"].func.name]
+        sig = fdef.signature
+        data_inputs = [i for i in node.inputs if not i.startswith("^")]
+        control_deps = [d for i in node.inputs if i.startswith("^")
+                        for d in self._resolve(i[1:], i, prefix, arg_map, True)]
+        body_args: dict[str, list[str]] = {}
+        body_remote: dict[str, Any] = {}
+        simple = len(data_inputs) == len(sig.input_arg)
+        for k, arg in enumerate(sig.input_arg):
+            if simple:
+                raw = data_inputs[k]
+                src, _ = _input_node(raw)
+                if src in remote:
+                    body_remote[arg.name] = remote[src]
+                    deps = []
+                else:
+                    deps = self._resolve(src, raw, prefix, arg_map, False)
+            else:
+                deps = [d for raw in data_inputs if _input_node(raw)[0] not in remote
+                        for d in self._resolve(_input_node(raw)[0], raw, prefix, arg_map, False)]
+            body_args[arg.name] = list(dict.fromkeys(deps + control_deps))
+        body_prefix = full + "/"
+        before = len(self.ops)
+        body = [_Node(n.name, n.op, [_body_input(i) for i in n.input], n.attr)
+                for n in fdef.node_def]
+        self.add_nodes(body, body_prefix, body_args, body_remote)
+        added = [op.name for op in self.ops[before:]]
+        outs = []
+        for arg in sig.output_arg:
+            ret = fdef.ret.get(arg.name, "")
+            src = ret.split(":", 1)[0]
+            outs.append(self._resolve(src, ret, body_prefix, body_args, False) if src else [])
+        self.outputs[full] = outs
+        # A control edge on the call waits for the whole body.
+        self.control_outputs[full] = added or [d for a in body_args.values() for d in a]
+
+    def _add(self, op: Op, op_type: str) -> None:
+        if op.name in self.names:
+            raise GraphError(f"duplicate node name {op.name!r} after inlining")
+        self.names.add(op.name)
+        self.ops.append(op)
+        self.op_types[op.name] = op_type
+
+    def finish(self) -> Extraction:
+        return Extraction(graph=Graph(self.ops), name_map={}, op_types=self.op_types,
+                          ps_side=frozenset(self.ps_side), dropped_inputs=self.dropped,
+                          warnings=tuple(self.warnings),
+                          recv_variables=self.recv_variables)
+
+
+def _body_input(raw: str) -> str:
+    """A FunctionDef input ``node:out_arg:idx`` -> ``node:idx`` (arguments unchanged)."""
+    control = raw.startswith("^")
+    parts = raw.lstrip("^").split(":")
+    name = parts[0] if len(parts) < 3 else f"{parts[0]}:{parts[2]}"
+    return ("^" if control else "") + name
+
+
+def _output_index(raw: str) -> int | None:
+    if raw.startswith("^"):
+        return None
+    parts = raw.split(":")
+    return int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 0
+
+
+def _has_function_attr(node: _Node) -> bool:
+    return any(v.HasField("func") for v in node.attr.values())
+
+
+def _channel(var: Any) -> str:
+    """The PS task of a variable; ``"ps:0"`` for a local one (offline analysis)."""
+    task = task_of(getattr(var, "device", "") or "")
+    return DEFAULT_CHANNEL if task is None or task.startswith("localhost:") else task
+
+
+def _variable_bytes(var: Any) -> int | None:
+    n = var.shape.num_elements()
+    return None if n is None else int(n) * var.dtype.size
