@@ -39,9 +39,14 @@ def print_summary(tictac: Any, log_dir: str) -> None:
                   f"{(c['ratio_median'] - 1) * 100:+.1f} % throughput (range "
                   f"{(c['ratio_min'] - 1) * 100:+.1f} to {(c['ratio_max'] - 1) * 100:+.1f} % "
                   f"over {c['pairs']} block pairs)")
+    for name, spread in (check.get("candidates") or {}).items():
+        if spread.get("pairs"):
+            print(f"  order check, {name.upper()}: {(spread['ratio_median'] - 1) * 100:+.1f} % "
+                  f"throughput vs TensorFlow's (median of {spread['pairs']} block pairs)")
     if check.get("decision"):
-        print(f"  order check: {'TicTac' if check['decision'] == 'tictac' else 'TensorFlow'}'s"
-              f" order kept (rule: {check['rule']})")
+        kept = (f"TicTac's {check['chosen'].upper()}" if check["decision"] == "tictac"
+                else "TensorFlow's")
+        print(f"  order check: {kept} order kept (rule: {check['rule']})")
     print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
           f"Transfer timeline (Perfetto / chrome://tracing): "
           f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")

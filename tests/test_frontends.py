@@ -246,3 +246,61 @@ def test_algorithm_none_installs_nothing(adapter, gate, monkeypatch):
     workers.close()
     assert inprocess.calls(PS)["install"] == 0
     assert all(r["schedule_version"] is None for r in gate.records())
+
+
+def _run(adapter, gate, graph, settings, monkeypatch, steps, dag=None, seed=3):
+    """Drives ``adapter`` for ``steps`` steps; returns (frontend, summary, the algorithm
+    each step ran under as the gate recorded it, None for TensorFlow's order)."""
+    frontend, begin, step, end = ADAPTERS[adapter](settings, dag or StepDAG(graph),
+                                                   monkeypatch)
+    workers = Workers(gate, graph, seed=seed)
+    begin()
+    ran = []
+    for i in range(steps):
+        workers.step()
+        ran.append(gate.records()[-1]["algorithm"])
+        step(i)
+    summary = end()
+    workers.close()
+    return frontend, summary, ran
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_check_tries_tac_too_where_compute_times_are_known(adapter, gate, monkeypatch):
+    graph = _dag()
+    compute = {op.name: 0.001 * (i + 1) for i, op in enumerate(graph.compute_ops)}
+    dag = StepDAG(graph, compute_times=compute, bandwidth=1e6)
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0)
+    plan = order_check.CheckPlan(ROUNDS, BLOCK, ("tic", "tac"))
+    total = PROFILE_STEPS + plan.total_steps + 1 + AFTER_CHECK
+    frontend, summary, ran = _run(adapter, gate, graph, settings, monkeypatch, total, dag)
+    during = ran[PROFILE_STEPS:PROFILE_STEPS + plan.total_steps + 1]
+    assert during == ["tic"] + [plan.block(n) for n in range(plan.total_steps)], ran
+    check = summary["check"]
+    assert set(check["candidates"]) == {"tic", "tac"}
+    assert all(c["pairs"] == ROUNDS for c in check["candidates"].values())
+    kept = check["chosen"] if check["decision"] == order_check.TICTAC else None
+    assert kept in ("tic", "tac", None)
+    assert ran[-AFTER_CHECK:] == [kept] * AFTER_CHECK
+    if kept:  # the frontend's schedule is the kept one
+        assert frontend.controller.schedule.algorithm == kept
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_the_check_runs_again_every_recheck_every_steps(adapter, gate, monkeypatch):
+    graph = _dag()
+    recheck = 7
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=1, check_block_steps=BLOCK, recheck_every=recheck)
+    plan = order_check.CheckPlan(1, BLOCK, ("tic",))
+    first_end = PROFILE_STEPS + plan.total_steps + 1  # the step whose dispatch decides
+    second_start = first_end + recheck
+    total = second_start + plan.total_steps + 1 + AFTER_CHECK
+    _, summary, ran = _run(adapter, gate, graph, settings, monkeypatch, total)
+    assert len(summary["checks"]) == 2 and summary["check"] == summary["checks"][-1]
+    # After the re-check starts: a T block, then a D block, whatever the first decided
+    # (the state set at a dispatch holds from the next step on, as after the switch).
+    again = ran[second_start:second_start + plan.total_steps + 1]
+    blocks = [plan.block(0)] + [plan.block(n) for n in range(plan.total_steps)]
+    assert again == blocks, ran

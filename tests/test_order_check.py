@@ -65,3 +65,31 @@ def test_no_pair_means_no_decision_and_says_why():
     r = decide(steps(W0, [(SCHEDULED, [1, 1, 1])]), CheckPlan(1, 3), "tic")
     assert r["decision"] is None and "no (TicTac, TensorFlow) block pair" in r["reason"]
     assert r["pairs"] == 0
+
+
+def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
+    plan = CheckPlan(rounds=2, block_steps=2, candidates=("tic", "tac"))
+    assert plan.total_steps == 16
+    assert [plan.block(n) for n in range(16)] == (["tic"] * 2 + [None] * 2 + ["tac"] * 2
+                                                 + [None] * 2) * 2
+
+    def labelled(worker, pattern):
+        out, t = [], 0.0
+        for i, (phase, order, x) in enumerate(pattern):
+            out.append(WorkerStep(worker, i, t, x, 0.0, phase, order=order))
+            t += x
+        return out
+    block = lambda phase, order, x: [(phase, order, x)] * 4  # noqa: E731
+    # TIC 1.5 s, TAC 1.0 s, TensorFlow's 2.0 s per step: TAC gains most.
+    recs = labelled(W0, (block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
+                         + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2)
+    r = decide(recs, plan, "tic")
+    assert r["decision"] == order_check.TICTAC and r["chosen"] == "tac"
+    assert r["candidates"]["tic"]["ratio_median"] == pytest.approx(2.0 / 1.5)
+    assert r["candidates"]["tac"]["ratio_median"] == pytest.approx(2.0)
+    assert r["algorithm"] == "tac" and r["pairs"] == 2
+    # Both slower than TensorFlow's order: cleared.
+    slow = labelled(W0, (block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
+                         + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2)
+    r = decide(slow, plan, "tic")
+    assert r["decision"] == order_check.DEFAULT and r["chosen"] is None

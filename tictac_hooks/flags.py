@@ -25,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "window_bytes": 1 << 20,
     "check_rounds": 3,
     "check_block_steps": 20,
+    "recheck_every": 5000,
 }
 
 flags.DEFINE_enum(
@@ -58,13 +59,19 @@ flags.DEFINE_integer(
     "strictly one at a time).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_rounds", DEFAULTS["check_rounds"],
-    "The order check after the switch: this many pairs of blocks, TicTac's order then "
-    "TensorFlow's, compared step time against step time; TicTac's order is kept only "
-    "if it is not slower (default 3; 0: no check, keep TicTac's order).", lower_bound=0)
+    "The order check after the switch: this many rounds of block pairs, a TicTac order "
+    "(TIC, and TAC where compute times were measured) then TensorFlow's, compared step "
+    "time against step time; the faster TicTac order is kept only if it is not slower "
+    "than TensorFlow's (default 3; 0: no check, keep TicTac's order).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_block_steps", DEFAULTS["check_block_steps"],
     "Steps per block of the order check, counted as the training loop dispatches them "
     "(over all workers under ParameterServerStrategy; default 20).", lower_bound=2)
+flags.DEFINE_integer(
+    "tictac_recheck_every", DEFAULTS["recheck_every"],
+    "Run the order check again this many dispatched steps after each decision, so a "
+    "job whose best order changes (other load, another phase of training) follows it "
+    "(default 5000; 0: check once).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_stats_every", DEFAULTS["stats_every"],
     "Read step statistics from the parameter servers every N epochs (default 1).",

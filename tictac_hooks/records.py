@@ -158,6 +158,7 @@ class WorkerStep:
     efficiency: float | None = None
     paused_s: float = 0.0  # TicTac's own pause inside the step (taken out of step_time;
                            # such a step is left out of the medians)
+    order: str | None = None  # the algorithm of the order it ran in (None: TensorFlow's)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -167,7 +168,7 @@ class WorkerStep:
         f = lambda k: _field(d, k, "worker step")  # noqa: E731
         return cls(f("worker"), int(f("step")), float(f("start")), f("step_time"),
                    float(f("transfer_span")), int(f("phase")), d.get("efficiency"),
-                   float(d.get("paused_s", 0.0)))
+                   float(d.get("paused_s", 0.0)), d.get("order"))
 
 
 @dataclasses.dataclass(frozen=True)

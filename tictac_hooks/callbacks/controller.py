@@ -52,13 +52,15 @@ class Settings:
     window_bytes: int = tictac_flags.DEFAULTS["window_bytes"]
     check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]          # 0: no order check
     check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
+    recheck_every: int = tictac_flags.DEFAULTS["recheck_every"]        # 0: check once
 
     @classmethod
     def resolve(cls, algorithm: str | None = None, profile_steps: int | None = None,
                 log_dir: str | None = None, skip_timeout: float | None = None,
                 stats_every: int | None = None,
                 window_bytes: int | None = None, check_rounds: int | None = None,
-                check_block_steps: int | None = None) -> "Settings":
+                check_block_steps: int | None = None,
+                recheck_every: int | None = None) -> "Settings":
         setting = tictac_flags.setting
         return cls(**cls.check(algorithm=setting("algorithm", algorithm),
                                profile_steps=setting("profile_steps", profile_steps),
@@ -68,7 +70,8 @@ class Settings:
                                window_bytes=setting("window_bytes", window_bytes),
                                check_rounds=setting("check_rounds", check_rounds),
                                check_block_steps=setting("check_block_steps",
-                                                         check_block_steps)))
+                                                         check_block_steps),
+                               recheck_every=setting("recheck_every", recheck_every)))
 
     @staticmethod
     def check(**values: Any) -> dict[str, Any]:
@@ -85,6 +88,7 @@ class Settings:
             "window_bytes": check_window,
             "check_rounds": lambda v: checks.whole_number("check_rounds", v, 0),
             "check_block_steps": lambda v: checks.whole_number("check_block_steps", v, 2),
+            "recheck_every": lambda v: checks.whole_number("recheck_every", v, 0),
         }
         return {name: None if value is None else checkers[name](value)
                 for name, value in values.items()}
@@ -109,6 +113,11 @@ def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> l
     if isinstance(ps, Mapping):  # sparse cluster spec {task index: address}
         return [ps[k] for k in sorted(ps)]
     return list(ps)
+
+
+def _merged(parts: Sequence[tuple[Graph, Schedule]]) -> Schedule:
+    """The one schedule of a candidate's per-worker orders."""
+    return parts[0][1] if len(parts) == 1 else Schedule.merged([sched for _, sched in parts])
 
 
 def _channel_index(channel: str) -> int:
@@ -140,13 +149,18 @@ class Controller:
         if check is None:
             check = order_check.CheckPlan(settings.check_rounds, settings.check_block_steps)
         self.check = check if check.rounds and install else None
-        self.check_result: dict[str, Any] | None = None
+        self.check_results: list[dict[str, Any]] = []  # every check's result, in order
         self._join = join  # waits until dispatched steps ran (PSS: coordinator.join)
-        self._dispatched_since_switch = -1  # -1: not switched yet
+        self._check_n = -1  # steps dispatched since the running check began; -1: none
+        self._since_decision = 0  # steps dispatched since the last check's decision
         self._after_switch: list[WorkerStep] = []  # records the check reads (bounded)
-        self._want_installed = True   # what the check asks for
+        # The candidate orders (algorithm -> per-worker (DAG, schedule)), the one the
+        # check or its decision asks for, and the one installed (None: TF's order).
+        self._candidates: dict[str, list[tuple[Graph, Schedule]]] = {}
+        self._want: str | None = None
+        self._decided: str | None = None
+        self._installed: str | None = None
         self._suspended = False       # validation inside fit: TF's own order
-        self._installed = False
         self.verbose = verbose
         # Bytes/s of a PS's link for the native gate's pacing (gate.h); None: off.
         self.pace_rate: float | None = None
@@ -159,7 +173,6 @@ class Controller:
         self._link_rate: float | None = None
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
-        self._parts: list[tuple[Graph, Schedule]] = []
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
@@ -188,7 +201,7 @@ class Controller:
         from tictac_hooks.enforce.client import steps_everywhere
         self.steplog.add(steps_everywhere(self.ps_addresses))
         records = self.steplog.finalize(self._paused_within, self._efficiency, everything)
-        if self.check is not None and self.check_result is None:
+        if self._check_n >= 0:
             self._after_switch.extend(r for r in records if r.phase != PROFILING)
             del self._after_switch[:-_KEEP_CHECK_RECORDS]
         if self._writer:
@@ -254,53 +267,90 @@ class Controller:
         if bandwidth:
             self.pace_rate = float(bandwidth)
         algorithm = self.settings.algorithm
-        parts = []
+        if algorithm == "none":
+            self.say("algorithm 'none': profiling only, no schedule installed")
+            return None
+        late = set(late or ())
         t0 = _time.perf_counter()
+        parts = self._parts_for(algorithm, graphs, compute_times, served, late)
+        self._candidates = {algorithm: parts}
+        self.schedule = _merged(parts)
+        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers computed in "
+                 f"{(_time.perf_counter() - t0) * 1e3:.0f} ms "
+                 f"({len(parts)} worker DAG{'s' if len(parts) > 1 else ''})")
+        if self.check is not None:
+            # The check also tries the other algorithm where it can be computed (TAC
+            # needs measured compute times and transfer sizes).
+            other = {"tic": "tac", "tac": "tic"}[algorithm]
+            try:
+                self._candidates[other] = self._parts_for(other, graphs, compute_times,
+                                                          served, late)
+            except (TicTacSetupError, ScheduleError) as e:
+                log.info("TicTac: the order check tries %s only (%s: %s)", algorithm.upper(),
+                         other.upper(), e)
+            self.check = order_check.CheckPlan(self.check.rounds, self.check.block_steps,
+                                               tuple(self._candidates))
+        self._want = self._decided = algorithm
+        if self.installs:
+            self._install(parts)
+            self._installed = algorithm
+        self.steplog.switched_at = _time.time()
+        self.mark_pause(pause_start, _time.time())
+        if self._writer:
+            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses))
+        if self.check is not None:
+            self._check_n = 0
+            names = " and ".join(c.upper() for c in self._candidates)
+            self.say(f"checking {names} against TensorFlow's order: {self.check.rounds} "
+                     f"round{'s' if self.check.rounds > 1 else ''} of "
+                     f"{self.check.block_steps}-step block pairs"
+                     + (f", again every {self.settings.recheck_every} steps"
+                        if self.settings.recheck_every else ""))
+        return self.schedule
+
+    def _parts_for(self, algorithm: str, graphs: Mapping[str, Graph],
+                   compute_times: Mapping[str, float] | None, served: set[str],
+                   late: set[str]) -> list[tuple[Graph, Schedule]]:
+        """Each worker DAG, restricted to what the PSes served, with its order."""
+        parts = []
         for i, graph in enumerate(graphs.values()):
-            graph = self._received_only(graph, served, set(late or ()))
+            graph = self._received_only(graph, served, late)
             if compute_times is not None and i == 0:
                 self.compute_seconds = sum(compute_times.get(op.name, 0.0)
                                            for op in graph.compute_ops)
             if algorithm == "tac":
                 graph = self._timed(graph, compute_times)
-            if algorithm != "none":
-                parts.append((graph, compute_order(graph, algorithm)))
-        if algorithm == "none":
-            self.say("algorithm 'none': profiling only, no schedule installed")
-            return None
-        self._parts = parts
-        self.schedule = parts[0][1] if len(parts) == 1 else \
-            Schedule.merged([sched for _, sched in parts])
-        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers computed in "
-                 f"{(_time.perf_counter() - t0) * 1e3:.0f} ms "
-                 f"({len(parts)} worker DAG{'s' if len(parts) > 1 else ''})")
-        if self.installs:
-            self._install(parts)
-            self._installed = True
-        self.steplog.switched_at = _time.time()
-        self._dispatched_since_switch = 0
-        self.mark_pause(pause_start, _time.time())
-        if self._writer:
-            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses))
-        if self.check is not None:
-            self.say(f"checking it against TensorFlow's order: {self.check.rounds} pairs of "
-                     f"{self.check.block_steps}-step blocks")
-        return self.schedule
+            parts.append((graph, compute_order(graph, algorithm)))
+        return parts
 
     # --- the order check ---------------------------------------------------------------
+    @property
+    def check_result(self) -> dict[str, Any] | None:
+        """The last order check's result (None before the first decision)."""
+        return self.check_results[-1] if self.check_results else None
+
     def step_dispatched(self) -> None:
         """The frontends call this once per step they dispatch after the switch: runs
-        the order check's blocks (order_check.py), then applies its decision."""
-        if self._dispatched_since_switch < 0 or self.check is None \
-                or self.check_result is not None:
+        the order check's blocks (order_check.py), applies its decision, and starts the
+        check again every ``recheck_every`` steps."""
+        if self.check is None or not self._candidates:
             return
-        n = self._dispatched_since_switch
-        self._dispatched_since_switch += 1
-        if n < self.check.total_steps:
-            self._want_installed = self.check.scheduled_block(n)
-            self._apply()
-        else:
-            self._finish_check()
+        if self._check_n >= 0:
+            n = self._check_n
+            self._check_n += 1
+            if n < self.check.total_steps:
+                self._want = self.check.block(n)
+                self._apply()
+            else:
+                self._finish_check()
+        elif self.settings.recheck_every:
+            self._since_decision += 1
+            if self._since_decision >= self.settings.recheck_every:
+                self.say(f"re-checking after {self._since_decision} steps")
+                self._after_switch = []
+                self._check_n = 0
+                self._want = self.check.block(0)
+                self._apply()
 
     def _finish_check(self) -> None:
         import time as _time
@@ -310,32 +360,41 @@ class Controller:
         self.poll()
         self.mark_pause(pause_start, _time.time())
         result = order_check.decide(self._after_switch, self.check, self.settings.algorithm)
-        self.check_result = result
+        self.check_results.append(result)
         self._after_switch = []
-        keep = result["decision"] != order_check.DEFAULT
-        self._want_installed = keep
+        self._check_n, self._since_decision = -1, 0
+        if result["decision"] == order_check.TICTAC:
+            self._decided = result["chosen"]
+            self.schedule = _merged(self._candidates[self._decided])
+        elif result["decision"] == order_check.DEFAULT:
+            self._decided = None
+        self._want = self._decided  # inconclusive: the order before the check stays
         self._apply()
         if result["decision"] is None:
-            self.say(f"order check inconclusive ({result['reason']}); "
-                     f"{self.settings.algorithm.upper()} order kept")
+            kept = self._decided.upper() + " order" if self._decided else "TensorFlow's order"
+            self.say(f"order check inconclusive ({result['reason']}); {kept} kept")
         else:
             gain = (result["ratio_median"] - 1) * 100
-            self.say(f"order check: {self.settings.algorithm.upper()} order "
+            others = "".join(
+                f"; {c.upper()} {(spread['ratio_median'] - 1) * 100:+.1f} %"
+                for c, spread in result["candidates"].items()
+                if c != result["algorithm"] and spread.get("pairs"))
+            self.say(f"order check: {result['algorithm'].upper()} order "
                      f"{gain:+.1f} % throughput vs TensorFlow's (median of {result['pairs']} "
                      f"block pairs, range {(result['ratio_min'] - 1) * 100:+.1f} to "
-                     f"{(result['ratio_max'] - 1) * 100:+.1f} %): "
-                     + ("kept" if keep else "cleared, TensorFlow's order kept"))
+                     f"{(result['ratio_max'] - 1) * 100:+.1f} %{others}): "
+                     + ("kept" if self._decided else "cleared, TensorFlow's order kept"))
         if self._writer:
             self._writer.choice(result)
 
     def _apply(self) -> None:
-        """Installs or clears the schedule on every PS so that the PSes run what the
-        check asks for, unless suspended (validation)."""
-        want = self._want_installed and not self._suspended
-        if not self.installs or self.schedule is None or want == self._installed:
+        """Installs the wanted candidate order, or clears the PSes for TensorFlow's, so
+        that the PSes run what the check asks for, unless suspended (validation)."""
+        want = None if self._suspended else self._want
+        if not self.installs or not self._candidates or want == self._installed:
             return
-        if want:
-            self._install(self._parts, quiet=True)
+        if want is not None:
+            self._install(self._candidates[want], quiet=True)
         else:
             from tictac_hooks.enforce.client import clear_everywhere
             clear_everywhere(self.ps_addresses)
@@ -418,13 +477,16 @@ class Controller:
     def finish(self) -> dict[str, Any]:
         """Final poll; writes the transfer timeline next to the event files; returns a
         summary (median step time before and after the switch, per worker)."""
-        if self.check is not None and self.check_result is None \
-                and self._dispatched_since_switch > 0:
+        if self.check is not None and self._check_n > 0:
             self._finish_check()  # training ended inside the check: decide on what ran
         self.poll(everything=True)
         summary = self.steplog.summary()
-        if self.check_result is not None:
-            summary["check"] = {k: v for k, v in self.check_result.items() if k != "blocks"}
+        if self.check_results:
+            results = [{k: v for k, v in r.items() if k != "blocks"}
+                       for r in self.check_results]
+            summary["check"] = results[-1]
+            if len(results) > 1:
+                summary["checks"] = results
         if self.settings.log_dir:
             from tictac_hooks.enforce.client import stats_everywhere
             from tictac_hooks.enforce.trace import write_chrome_trace

@@ -42,11 +42,14 @@ class TicTacLoop:
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       window_bytes: the proxy's look-ahead window, >= 0 (``--tictac_window_bytes``,
         default 1048576).
-      check_rounds: the order check after the switch: this many pairs of blocks,
-        TicTac's order then TensorFlow's, after which the faster is kept (default 3,
+      check_rounds: the order check after the switch: this many rounds of block pairs,
+        each TicTac order (TIC, and TAC where compute times are measured) then
+        TensorFlow's, after which the fastest is kept (default 3,
         ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
       check_block_steps: steps per block of the check, >= 2 (default 20,
         ``--tictac_check_block_steps``).
+      recheck_every: run the check again this many steps after each decision, >= 0
+        (default 5000, ``--tictac_recheck_every``; 0: check once).
 
     Example (Keras 3; no ``TF_USE_LEGACY_KERAS`` needed in a custom loop):
       ```python
@@ -70,7 +73,8 @@ class TicTacLoop:
                  skip_timeout: float | None = None, model: Any = None,
                  batch_size: int = 32, bandwidth: float | None = None,
                  window_bytes: int | None = None, check_rounds: int | None = None,
-                 check_block_steps: int | None = None) -> None:
+                 check_block_steps: int | None = None,
+                 recheck_every: int | None = None) -> None:
         if not hasattr(step_function, "_list_all_concrete_functions"):
             raise TicTacSetupError(
                 "step_function must be the tf.function the loop passes to "
@@ -86,7 +90,8 @@ class TicTacLoop:
         self.settings = Settings.resolve(algorithm, profile_steps, log_dir, skip_timeout,
                                          window_bytes=window_bytes,
                                          check_rounds=check_rounds,
-                                         check_block_steps=check_block_steps)
+                                         check_block_steps=check_block_steps,
+                                         recheck_every=recheck_every)
         if self.settings.algorithm == "tac" and model is None:
             raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
                                    "measure compute times; or use algorithm='tic'")

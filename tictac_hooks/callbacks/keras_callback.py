@@ -67,11 +67,14 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         sent to the PS ahead of their turn while at most this many bytes are in flight,
         a whole number >= 0 (default 1048576, ``--tictac_window_bytes``; 0: strictly one
         at a time; the native gate has no window).
-      check_rounds: the order check after the switch: this many pairs of blocks,
-        TicTac's order then TensorFlow's, after which the faster is kept (default 3,
+      check_rounds: the order check after the switch: this many rounds of block pairs,
+        each TicTac order (TIC, and TAC where compute times are measured) then
+        TensorFlow's, after which the fastest is kept (default 3,
         ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
       check_block_steps: steps per block of the check, >= 2 (default 20,
         ``--tictac_check_block_steps``).
+      recheck_every: run the check again this many steps after each decision, >= 0
+        (default 5000, ``--tictac_recheck_every``; 0: check once).
 
     Example:
       ```python
@@ -96,11 +99,13 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                  bandwidth: float | None = None, measure_compute: bool = True,
                  stats_every: int | None = None, window_bytes: int | None = None,
                  check_rounds: int | None = None,
-                 check_block_steps: int | None = None) -> None:
+                 check_block_steps: int | None = None,
+                 recheck_every: int | None = None) -> None:
         Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
                        skip_timeout=skip_timeout, stats_every=stats_every,
                        window_bytes=window_bytes, check_rounds=check_rounds,
-                       check_block_steps=check_block_steps)
+                       check_block_steps=check_block_steps,
+                       recheck_every=recheck_every)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
         if not isinstance(measure_compute, bool):
@@ -116,6 +121,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.stats_every = stats_every
         self.check_rounds = check_rounds
         self.check_block_steps = check_block_steps
+        self.recheck_every = recheck_every
         self.controller: Controller | None = None   # of the current / last run
         self.summary: dict[str, Any] | None = None  # of the last finished run
         self._driver: StepDriver | None = None       # of the current run
@@ -171,7 +177,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
                                     self.skip_timeout, self.stats_every,
                                     self.window_bytes, self.check_rounds,
-                                    self.check_block_steps)
+                                    self.check_block_steps,
+                                    recheck_every=self.recheck_every)
         if settings.log_dir and mode != "train":
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers).

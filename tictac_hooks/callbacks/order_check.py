@@ -1,21 +1,23 @@
-"""The order check: TicTac's order against TensorFlow's own, in interleaved blocks.
+"""The order check: TicTac's orders against TensorFlow's own, in interleaved blocks.
 
-After the switch the training loop runs ``rounds`` pairs of blocks of ``block_steps``
-dispatched steps each: first with the schedule installed (T, TicTac's order), then
-with it cleared (D, TensorFlow's default order), alternately. Interleaving keeps slow
-drift of the machine (other load, thermal state, page cache) out of the comparison.
+After the switch the training loop runs ``rounds`` rounds of blocks of ``block_steps``
+dispatched steps each. A round holds, for each candidate order (TIC, and TAC where
+compute times were measured), a block with that order installed (T) followed by a block
+with it cleared (D, TensorFlow's default order). Interleaving keeps slow drift of the
+machine (other load, thermal state, page cache) out of the comparison.
 
 The PS labels every step with the order it really ran in (a step is bound to one
-schedule version at its first transfer), so the blocks need not line up with the
-dispatch. Per worker, each maximal run of steps in one order gives one median step time;
-the first step of a run straddles the change and is dropped. Each D run is paired with
-the T run just before it, and ``median(D) / median(T)`` is 1 + TicTac's throughput gain
-in that pair.
+schedule version, and so one algorithm, at its first transfer), so the blocks need not
+line up with the dispatch. Per worker, each maximal run of steps in one order gives one
+median step time; the first step of a run straddles the change and is dropped. Each D
+run is paired with the T run just before it, and ``median(D) / median(T)`` is 1 + that
+candidate's throughput gain in that pair.
 
-Decision rule (stated, and the same everywhere): TicTac's order stays installed when the
-median of the paired ratios, over all pairs of all workers, is at least 1 (in the
-typical pair it is not slower than the default); otherwise the schedule is cleared and
-TensorFlow's order is kept. docs/ALGORITHMS.md, "The order check", says why.
+Decision rule (stated, and the same everywhere): the candidate with the largest median
+paired ratio, over all its pairs of all workers, stays installed when that median is at
+least 1 (in the typical pair it is not slower than the default); otherwise the schedule
+is cleared and TensorFlow's order is kept. The controller repeats the check every
+``recheck_every`` steps. docs/ALGORITHMS.md, "The order check", says why.
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ TICTAC, DEFAULT = "tictac", "default"
 
 @dataclasses.dataclass(frozen=True)
 class CheckPlan:
-    """``rounds`` (T, D) block pairs of ``block_steps`` dispatched steps each."""
+    """``rounds`` rounds of (T, D) block pairs of ``block_steps`` dispatched steps each,
+    one pair per candidate order (``candidates``: algorithm names; empty: one candidate,
+    the installed order)."""
 
     rounds: int
     block_steps: int
+    candidates: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("rounds", "block_steps"):
@@ -44,15 +49,27 @@ class CheckPlan:
         if self.rounds and self.block_steps < 2:
             raise ValueError(f"check block_steps must be >= 2 (the first step of a block "
                              f"is dropped), got {self.block_steps}")
+        if len(set(self.candidates)) != len(self.candidates) or DEFAULT in self.candidates:
+            raise ValueError(f"check candidates must be distinct order names, got "
+                             f"{self.candidates!r}")
 
     @property
     def total_steps(self) -> int:
-        return 2 * self.rounds * self.block_steps
+        return 2 * self.rounds * max(1, len(self.candidates)) * self.block_steps
+
+    def block(self, dispatched: int) -> str | None:
+        """The candidate installed for step number ``dispatched`` (0-based, counted from
+        the check's start) while the check runs; None in a D block (TensorFlow's order).
+        With no candidates named, a T block gives TICTAC."""
+        index = dispatched // self.block_steps
+        if index % 2:
+            return None
+        names = self.candidates or (TICTAC,)
+        return names[(index // 2) % len(names)]
 
     def scheduled_block(self, dispatched: int) -> bool:
-        """Whether step number ``dispatched`` (0-based, counted from the switch) falls in
-        a T block (schedule installed) while the check runs."""
-        return (dispatched // self.block_steps) % 2 == 0
+        """Whether step number ``dispatched`` falls in a T block (an order installed)."""
+        return self.block(dispatched) is not None
 
 
 def run_medians(records: Iterable[WorkerStep]) -> dict[str, list[tuple[int, float, int]]]:
@@ -62,31 +79,34 @@ def run_medians(records: Iterable[WorkerStep]) -> dict[str, list[tuple[int, floa
     return _medians(runs_of(records))
 
 
-def _medians(runs: dict[str, list[tuple[int, float, int, list[int]]]]
+def _medians(runs: dict[str, list[tuple[int, float, int, list[int], str | None]]]
              ) -> dict[str, list[tuple[int, float, int]]]:
-    return {w: [(p, m, n) for p, m, n, _ in rs] for w, rs in runs.items()}
+    return {w: [(p, m, n) for p, m, n, _, _ in rs] for w, rs in runs.items()}
 
 
 def runs_of(records: Iterable[WorkerStep]
-            ) -> dict[str, list[tuple[int, float, int, list[int]]]]:
-    """As :func:`run_medians`, each run with the step indices it covers."""
+            ) -> dict[str, list[tuple[int, float, int, list[int], str | None]]]:
+    """As :func:`run_medians`, each run with the step indices it covers and the order it
+    ran in (the algorithm for SCHEDULED runs, as the PS labelled the steps; None for
+    TensorFlow's order or where the label is unknown)."""
     by_worker: dict[str, list[WorkerStep]] = {}
     for r in records:
         if r.phase in (SCHEDULED, CHECK):
             by_worker.setdefault(r.worker, []).append(r)
-    out: dict[str, list[tuple[int, float, int, list[int]]]] = {}
+    out: dict[str, list[tuple[int, float, int, list[int], str | None]]] = {}
     for worker, recs in sorted(by_worker.items()):
         recs.sort(key=lambda r: r.start)
-        runs: list[tuple[int, list[float], list[int]]] = []
+        runs: list[tuple[int, str | None, list[float], list[int]]] = []
         for i, r in enumerate(recs):
-            if i == 0 or r.phase != recs[i - 1].phase:
-                runs.append((r.phase, [], [r.step]))  # its straddling first step: no time
+            label = r.order if r.phase == SCHEDULED else None
+            if i == 0 or (r.phase, label) != runs[-1][:2]:
+                runs.append((r.phase, label, [], [r.step]))  # straddling first step
                 continue
-            runs[-1][2].append(r.step)
+            runs[-1][3].append(r.step)
             if r.step_time is not None and not r.paused_s:
-                runs[-1][1].append(r.step_time)
-        out[worker] = [(phase, statistics.median(t), len(t), steps)
-                       for phase, t, steps in runs if t]
+                runs[-1][2].append(r.step_time)
+        out[worker] = [(phase, statistics.median(t), len(t), steps, label)
+                       for phase, label, t, steps in runs if t]
     return out
 
 
@@ -102,32 +122,51 @@ def paired_ratios(medians: dict[str, list[tuple[int, float, int]]]) -> dict[str,
     return out
 
 
+def _candidate_pairs(runs: dict[str, list[tuple[int, float, int, list[int], str | None]]],
+                     default_label: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """candidate -> worker -> [(median T, median D)] per (T run, D run after it)."""
+    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    for worker, rs in runs.items():
+        for (p0, t0, _, _, l0), (p1, t1, _, _, _) in zip(rs, rs[1:]):
+            if p0 == SCHEDULED and p1 == CHECK and t0 > 0:
+                out.setdefault(l0 or default_label, {}).setdefault(worker, []).append((t0, t1))
+    return out
+
+
 def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> dict[str, Any]:
-    """The check's result: per worker and overall, the paired ratios' median and range,
-    and the decision by the module's rule. ``decision`` is None when no pair could be
-    formed (too few steps reached the PS): the schedule then stays installed."""
+    """The check's result: per candidate, per worker and overall, the paired ratios'
+    median and range, and the decision by the module's rule (``decision`` TICTAC or
+    DEFAULT, ``chosen`` the kept candidate). ``decision`` is None when no pair could be
+    formed (too few steps reached the PS): the installed order then stays.
+    ``algorithm`` names steps the PS did not label (a single-candidate check)."""
     runs = runs_of(records)
-    medians = _medians(runs)
-    ratios = paired_ratios(medians)
-    every = [x for rs in ratios.values() for x in rs]
+    pairs = _candidate_pairs(runs, algorithm)
+    ratios = {c: [d / t for ws in by_worker.values() for t, d in ws]
+              for c, by_worker in pairs.items()}
+    best = max(ratios, key=lambda c: statistics.median(ratios[c]), default=None)
+    focus = best or algorithm
+    mine = pairs.get(focus, {})
     result: dict[str, Any] = {
-        "algorithm": algorithm, "rounds": plan.rounds, "block_steps": plan.block_steps,
-        "rule": "keep TicTac's order when the median paired ratio "
-                "median(TensorFlow order) / median(TicTac order) is >= 1",
-        "workers": {w: _spread(rs) | {
-            "default_median_step_time": _median([t for p, t, _ in medians[w] if p == CHECK]),
-            "tictac_median_step_time": _median([t for p, t, _ in medians[w]
-                                                if p == SCHEDULED])}
-            for w, rs in ratios.items()},
-        **_spread(every),
+        "algorithm": focus, "rounds": plan.rounds, "block_steps": plan.block_steps,
+        "candidates": {c: _spread(rs) for c, rs in sorted(ratios.items())},
+        "rule": "keep the candidate order with the largest median paired ratio "
+                "median(TensorFlow order) / median(TicTac order) when it is >= 1, "
+                "else TensorFlow's order",
+        "workers": {w: _spread([d / t for t, d in ps]) | {
+            "default_median_step_time": _median([d for _, d in ps]),
+            "tictac_median_step_time": _median([t for t, _ in ps])}
+            for w, ps in sorted(mine.items())},
+        **_spread(ratios.get(focus, [])),
         # worker -> [(phase, median, [step indices])]: the blocks, for TensorBoard
-        "blocks": {w: [(p, m, steps) for p, m, _, steps in rs] for w, rs in runs.items()},
+        "blocks": {w: [(p, m, steps) for p, m, _, steps, _ in rs] for w, rs in runs.items()},
     }
-    if not every:
-        result["decision"] = None
+    if best is None:
+        result["decision"], result["chosen"] = None, None
         result["reason"] = "no (TicTac, TensorFlow) block pair reached the PS"
+    elif statistics.median(ratios[best]) >= 1.0:
+        result["decision"], result["chosen"] = TICTAC, best
     else:
-        result["decision"] = TICTAC if statistics.median(every) >= 1.0 else DEFAULT
+        result["decision"], result["chosen"] = DEFAULT, None
     return result
 
 

@@ -56,11 +56,14 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         ``TF_CONFIG`` task is the chief / worker 0).
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
-      check_rounds: the order check after the switch: this many pairs of blocks,
-        TicTac's order then TensorFlow's, after which the faster is kept (default 3,
+      check_rounds: the order check after the switch: this many rounds of block pairs,
+        each TicTac order (TIC, and TAC where compute times are measured) then
+        TensorFlow's, after which the fastest is kept (default 3,
         ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
       check_block_steps: steps per block of the check, >= 2 (default 20,
         ``--tictac_check_block_steps``).
+      recheck_every: run the check again this many steps after each decision, >= 0
+        (default 5000, ``--tictac_recheck_every``; 0: check once).
 
     Example:
       ```python
@@ -86,10 +89,12 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                  is_chief: bool | None = None, bandwidth: float | None = None,
                  poll_every: int = 50, window_bytes: int | None = None,
                  check_rounds: int | None = None,
-                 check_block_steps: int | None = None) -> None:
+                 check_block_steps: int | None = None,
+                 recheck_every: int | None = None) -> None:
         Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
                        skip_timeout=skip_timeout, window_bytes=window_bytes,
-                       check_rounds=check_rounds, check_block_steps=check_block_steps)
+                       check_rounds=check_rounds, check_block_steps=check_block_steps,
+                       recheck_every=recheck_every)
         checks.whole_number("poll_every", poll_every, 1)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
@@ -115,6 +120,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         self.poll_every = poll_every
         self.check_rounds = check_rounds
         self.check_block_steps = check_block_steps
+        self.recheck_every = recheck_every
         self.controller: Controller | None = None
         self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None
@@ -126,7 +132,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
                                     self.skip_timeout, window_bytes=self.window_bytes,
                                     check_rounds=self.check_rounds,
-                                    check_block_steps=self.check_block_steps)
+                                    check_block_steps=self.check_block_steps,
+                                    recheck_every=self.recheck_every)
         self._driver = StepDriver(self._ps_addresses(), settings, find_dag=self._find_dag,
                                   install=self._chief(), poll_every=self.poll_every)
         self.controller = self._driver.controller

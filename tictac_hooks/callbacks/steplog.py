@@ -41,6 +41,11 @@ class _Pending:
     def scheduled(self) -> bool:
         return any(r.scheduled for r in self.per_ps.values())
 
+    @property
+    def algorithm(self) -> str | None:
+        """The algorithm of the order the step ran in at its PSes (None: TensorFlow's)."""
+        return next((r.algorithm for r in self.per_ps.values() if r.scheduled), None)
+
     def followed_order(self) -> bool:
         """Every PS sent its listed transfers to the PS in non-decreasing priority (the
         order they were released in; with the look-ahead window the PS may answer those
@@ -122,7 +127,8 @@ class StepLog:
                 out.append(WorkerStep(worker=worker, step=index, start=step.start,
                                       step_time=step_time, transfer_span=step.end - step.start,
                                       phase=phase, efficiency=None if pause else
-                                      efficiency(step, step_time), paused_s=pause))
+                                      efficiency(step, step_time), paused_s=pause,
+                                      order=step.algorithm))
                 # Step 0 holds tracing and start-up: not a steady-state step.
                 if index == 0:
                     self.excluded[worker]["first_step"] += 1

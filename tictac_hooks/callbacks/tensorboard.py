@@ -145,7 +145,8 @@ class StepTimeWriter:
         ratio = result.get("ratio_median")
         note = (f"order check ({result.get('pairs', 0)} block pairs): "
                 + (f"median ratio TensorFlow/TicTac step time {ratio:.3f}; " if ratio else "")
-                + ("TicTac's order kept" if keep else "TensorFlow's order kept"))
+                + (f"TicTac's {str(result.get('chosen') or result.get('algorithm')).upper()} "
+                   "order kept" if keep else "TensorFlow's order kept"))
         for run, step in sorted(self._last_step.items()):
             self._scalars(run, step, time.time(), {"tictac/choice": 1.0 if keep else 0.0})
             self.text("tictac/check", note, run=run, step=step)
