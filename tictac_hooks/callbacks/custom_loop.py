@@ -42,14 +42,9 @@ class TicTacLoop:
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       window_bytes: the proxy's look-ahead window, >= 0 (``--tictac_window_bytes``,
         default 1048576).
-      check_rounds: the order check after the switch: this many rounds of block pairs,
-        each TicTac order (TIC, and TAC where compute times are measured) then
-        TensorFlow's, after which the fastest is kept (default 3,
-        ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
-      check_block_steps: steps per block of the check, >= 2 (default 20,
-        ``--tictac_check_block_steps``).
-      recheck_every: run the check again this many steps after each decision, >= 0
-        (default 5000, ``--tictac_recheck_every``; 0: check once).
+      check_rounds, check_block_steps, recheck_every: the order check, as for
+        :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
+        ``--tictac_check_block_steps``, 20; ``--tictac_recheck_every``, 5000).
 
     Example (Keras 3; no ``TF_USE_LEGACY_KERAS`` needed in a custom loop):
       ```python

@@ -56,14 +56,9 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         ``TF_CONFIG`` task is the chief / worker 0).
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
-      check_rounds: the order check after the switch: this many rounds of block pairs,
-        each TicTac order (TIC, and TAC where compute times are measured) then
-        TensorFlow's, after which the fastest is kept (default 3,
-        ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
-      check_block_steps: steps per block of the check, >= 2 (default 20,
-        ``--tictac_check_block_steps``).
-      recheck_every: run the check again this many steps after each decision, >= 0
-        (default 5000, ``--tictac_recheck_every``; 0: check once).
+      check_rounds, check_block_steps, recheck_every: the order check, as for
+        :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
+        ``--tictac_check_block_steps``, 20; ``--tictac_recheck_every``, 5000).
 
     Example:
       ```python
