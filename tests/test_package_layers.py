@@ -104,3 +104,13 @@ def test_the_check_can_fail(tmp_path):
     imports = _imports(fake)
     assert imports == [(1, "tictac_hooks.callbacks.controller")]
     assert _layer(imports[0][1]) not in ALLOWED["enforce"]
+
+
+def test_setup_cfg_lists_every_package():
+    """A non-editable install ships only the packages setup.cfg names."""
+    import configparser
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    found = {_module_name(p) for p in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set(), f"packages missing from setup.cfg: {found - listed}"
