@@ -40,14 +40,16 @@ def quiet(stderr: str) -> None:
 def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_follows_it(
         tmp_path):
     n = 12
-    out = run_example("--steps=70", "--steps_per_epoch=10", f"--tictac_profile_steps={n}",
+    # The check: TIC and TAC (fit measures compute times), 2 rounds of 2 x 8-step block
+    # pairs each: 64 steps after the 12 profiled ones.
+    out = run_example("--steps=90", "--steps_per_epoch=10", f"--tictac_profile_steps={n}",
                       "--tictac_check_rounds=2", "--tictac_check_block_steps=8",
                       f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     quiet(out.stderr)
     for line in ("[cluster] loopback", f"[tictac] profiling {n} steps", "TIC order of",
-                 "[tictac] installed on 1 of 1 PS", "[tictac] order check: TIC order",
-                 "same run, interleaved blocks", "TensorBoard:"):
+                 "[tictac] installed on 1 of 1 PS", "[tictac] checking TIC and TAC",
+                 "[tictac] order check: T", "same run, interleaved blocks", "TensorBoard:"):
         assert line in out.stdout, (line, out.stdout)
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["algorithm"] == "tic" and summary["scheduled_transfers"] >= 10
@@ -58,6 +60,7 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
     assert len(summary["workers"]) == 2
     check = summary["check"]
     assert check["decision"] in ("tictac", "default") and check["pairs"] >= 2, check
+    assert set(check["candidates"]) == {"tic", "tac"}, check
     assert check["ratio_min"] <= check["ratio_median"] <= check["ratio_max"]
     for worker, s in summary["workers"].items():
         # Every step is counted once: in a phase's median, or excluded with a reason.
