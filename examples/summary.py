@@ -13,7 +13,11 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     """Step time before and after the switch, per worker; where the logs are."""
     c = tictac.controller
     summary = tictac.summary or {}
-    print(f"\nTicTac ({c.settings.algorithm}): switched after {c.settings.profile_steps} steps; "
+    chosen = (summary.get("check") or {}).get("chosen")
+    kept = f", {chosen.upper()} kept by the order check" if chosen and \
+        chosen != c.settings.algorithm else ""
+    print(f"\nTicTac ({c.settings.algorithm}{kept}): switched after "
+          f"{c.settings.profile_steps} steps; "
           f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
     order = summary.get("order", {})
     if order.get("scheduled_steps"):
