@@ -3,6 +3,7 @@ on a shaped network (root only)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import sys
 import pytest
 
 from tictac_hooks.bench import metrics
-from tictac_hooks.records import ClientStep, GateStep
+from tictac_hooks.records import ClientStep, GateStep, TransferRecord
 from tictac_hooks.graph.simulate import efficiency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -180,3 +181,19 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     assert "| mobilenetv2/inference/W2/P1" in proc.stdout
     assert not [ns for ns in netns._namespaces() if ns.startswith(f"{netns.PREFIX}-")
                 and ns.split("-")[1] == str(proc.pid)]
+
+
+def test_unscheduled_transfers_are_listed_with_sizes_and_reasons():
+    def step(version, order, unlisted, sizes):
+        transfers = tuple(TransferRecord(n, "pass" if n in unlisted else "listed", -1, sizes[n],
+                                         1.0, 1.0, -1, 2.0) for n in order)
+        return dataclasses.replace(_gate_step(order, 0, 0, version, unlisted),
+                                   transfers=transfers)
+    sizes = {"a": 10, "b": 400, "c": 30, "d": 5}
+    records = [step(1, ["a", "b", "c"], ["b", "c"], sizes),
+               step(1, ["a", "b", "c", "d"], ["b", "d"], sizes),
+               step(None, ["a", "b"], ["a", "b"], sizes)]  # TensorFlow's order: not counted
+    out = metrics.unscheduled_transfers(records, late={"b"}, in_graph={"a", "b", "c"})
+    assert [(e["name"], e["bytes"], e["steps"], e["reason"]) for e in out] == [
+        ("b", 400, 2, "late"), ("c", 30, 1, "in the DAG, not in the order"),
+        ("d", 5, 1, "not in the traced DAG")]

@@ -26,6 +26,7 @@ from tictac_hooks.callbacks.frontend import StepDAG
 from tictac_hooks.enforce import inprocess
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.dag import Graph, Op
+from tictac_hooks.graph.tf.naming import sending_node_name
 
 PS = "127.0.0.1:61001"
 WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
@@ -50,6 +51,10 @@ class Workers:
     def __init__(self, gate: Gate, graph: Graph, seed: int = 0) -> None:
         self.gate, self.names = gate, [op.name for op in graph.recvs]
         self.sizes = {op.name: op.bytes for op in graph.recvs}
+        # A recv named by its edge (edge_<n>_<node>) arrives as TensorFlow sends it:
+        # under the sending node's name, with the full tensor name beside it.
+        self.keys = {n: (sending_node_name(n), n) if n != sending_node_name(n) else (n, "")
+                     for n in self.names}
         self.rng = random.Random(seed)
         self.ids = itertools.count(1000)
         self.loop = asyncio.new_event_loop()
@@ -60,7 +65,7 @@ class Workers:
         self.rng.shuffle(order)
 
         async def one(name: str) -> None:
-            ticket = self.gate.arrive(step_id, WORKER, name)
+            ticket = self.gate.arrive(step_id, WORKER, *self.keys[name])
             turn = self.gate.request(ticket)
             if turn is not None:
                 await turn
@@ -304,3 +309,26 @@ def test_the_check_runs_again_every_recheck_every_steps(adapter, gate, monkeypat
     again = ran[second_start:second_start + plan.total_steps + 1]
     blocks = [plan.block(0)] + [plan.block(n) for n in range(plan.total_steps)]
     assert again == blocks, ran
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_a_tensor_sent_twice_is_scheduled_under_both_edge_names(adapter, gate, monkeypatch):
+    """Training graphs send some weights twice (forward pass and gradient): two recvs,
+    named by their edges. The PSes report them by the sending node while profiling;
+    the order must still name, and the gate match, both copies."""
+    recvs = [Op("edge_11_p0/read", "recv", channel="ps:0", bytes=4000),
+             Op("edge_12_p0/read", "recv", channel="ps:0", bytes=4000),
+             Op("p1/read", "recv", channel="ps:0", bytes=1000)]
+    compute = [Op("fwd", "compute", ("edge_11_p0/read", "p1/read")),
+               Op("grad", "compute", ("fwd", "edge_12_p0/read"))]
+    graph = Graph(recvs + compute)
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=0)
+    frontend, summary, ran = _run(adapter, gate, graph, settings, monkeypatch,
+                                  PROFILE_STEPS + 6)
+    assert sorted(frontend.controller.schedule.order) == sorted(op.name for op in recvs)
+    scheduled = [r for r in gate.records() if r["schedule_version"] is not None]
+    assert len(scheduled) == 6
+    for rec in scheduled:
+        assert rec["unlisted"] == [] and rec["violations"] == 0, rec
+        assert sorted(rec["order"]) == sorted(op.name for op in recvs)

@@ -75,13 +75,15 @@ class Runner:
     def _sized(self, graph: Any) -> Any:
         """Recvs the trace gave no size (RPC records miss some) get the size of the
         sending node's output in the client's graph (a variable read: its shape)."""
+        from tictac_hooks.graph.tf.naming import sending_node_name
         from tictac_hooks.graph.tf.partition import with_recv_bytes
         sizes = {}
         for op in graph.recvs:
             if op.bytes is not None:
                 continue
             try:
-                out = self.work.graph.get_operation_by_name(op.name).outputs[0]
+                out = self.work.graph.get_operation_by_name(
+                    sending_node_name(op.name)).outputs[0]
             except (KeyError, ValueError, IndexError):
                 continue
             if out.shape.is_fully_defined() and out.dtype.size:
@@ -160,6 +162,7 @@ def run(cfg: dict) -> dict:
     # nearly free): the per-op sums of a trace miss fused and renamed ops.
     fast = [r.step(0).makespan for _ in range(cfg["profile_steps"])]
     graphs, compute, late, _ = r.profile()
+    recv_names = {op.name for g in graphs.values() for op in g.recvs}
     traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, _median(fast))
     # bytes: every variable read crosses the link once per worker and step.
@@ -218,6 +221,9 @@ def run(cfg: dict) -> dict:
             summary = metrics.summarize(steps[name], global_batch, comp, comm)
             if name != DIRECT:
                 summary.update(metrics.rendezvous_counts(by_schedule[name]))
+                if name in controllers:
+                    summary["unscheduled"] = metrics.unscheduled_transfers(
+                        by_schedule[name], late, recv_names)
             else:
                 summary.update(transfers=None, violations=None, violation_pct=None,
                                skips=None, matched=None)

@@ -89,6 +89,31 @@ def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
     }
 
 
+def unscheduled_transfers(records: Iterable[GateStep], late: Iterable[str] = (),
+                          in_graph: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The transfers the installed order did not name (``unlisted`` in scheduled steps),
+    largest first: name, bytes (as last served), steps it was seen in, and why the
+    schedule left it out: ``late`` (graph/tf/traced.py left it unscheduled: it depends
+    on work of the same step, e.g. a read after the update it feeds, or it is a PS
+    tensor that is no parameter read), or ``not in the traced DAG``."""
+    late, in_graph = set(late), set(in_graph) - set(late)
+    seen: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if not r.scheduled:
+            continue
+        sizes = {t.name: t.bytes for t in r.transfers}
+        for name in r.unlisted:
+            entry = seen.setdefault(name, {"name": name, "bytes": 0, "steps": 0})
+            entry["bytes"] = sizes.get(name, entry["bytes"])
+            entry["steps"] += 1
+    for entry in seen.values():
+        name = entry["name"]
+        entry["reason"] = ("late" if name in late else
+                           "in the DAG, not in the order" if name in in_graph else
+                           "not in the traced DAG")
+    return sorted(seen.values(), key=lambda e: (-e["bytes"], e["name"]))
+
+
 def summarize(steps: Sequence[ClientStep], global_batch: int, comp: float | None = None,
               comm: float | None = None) -> dict[str, Any]:
     """The metrics of one schedule's steps (see the module docstring)."""

@@ -56,6 +56,29 @@ def text_table(results: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def unscheduled_section(results: Sequence[dict], schedule: str = "tic",
+                        most: int = 8) -> list[str]:
+    """Per configuration, the transfers ``schedule``'s order left out (matched < 1):
+    how many, their bytes, the largest of them with the reason."""
+    out = []
+    for result in results:
+        for run in result["runs"]:
+            listed = run["schedules"].get(schedule, {}).get("unscheduled")
+            if not listed:
+                continue
+            total = sum(e["bytes"] for e in listed)
+            reasons: dict[str, int] = {}
+            for e in listed:
+                reasons[e["reason"]] = reasons.get(e["reason"], 0) + 1
+            why = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+            out += [f"- {result['config']['label']} @ {run['rate']}: {len(listed)} transfers "
+                    f"not in the {schedule.upper()} order, {total / 2**20:.1f} MiB per step "
+                    f"({why}); the largest:"]
+            out += [f"  - `{e['name']}`: {e['bytes'] / 2**10:.0f} KiB, {e['reason']}"
+                    for e in listed[:most]]
+    return out
+
+
 def targets(results: Sequence[dict]) -> list[str]:
     """The issue's targets, checked on these results (best of TIC/TAC per run)."""
     out = []
@@ -126,7 +149,11 @@ def write_report(paths: Sequence[str], out_dir: str) -> str:
                   f", load avg {load['before']['loadavg_1m']:.2f} before / "
                   f"{load['after']['loadavg_1m']:.2f} after on {load['before']['cpus']} CPUs, "
                   f"{result['wall_s']:.0f} s")
-    md += ["", text_table(results), "", "## Targets", ""] + targets(results) + ["", "## Plots", ""]
+    md += ["", text_table(results), "", "## Targets", ""] + targets(results)
+    unscheduled = unscheduled_section(results)
+    if unscheduled:
+        md += ["", "## Transfers the order leaves out", ""] + unscheduled
+    md += ["", "## Plots", ""]
     for result in results:
         for run in result["runs"]:
             fig, ax = plt.subplots(figsize=(6, 4))

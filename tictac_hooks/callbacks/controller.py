@@ -23,6 +23,7 @@ from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
+from tictac_hooks.graph.tf.naming import sending_node_name
 from tictac_hooks.records import PROFILING, WorkerStep
 
 log = logging.getLogger("tictac")
@@ -404,7 +405,9 @@ class Controller:
     def _received_only(graph: Graph, served: set[str], late: set[str]) -> Graph:
         recv_names = {op.name for op in graph.recvs} - late
         if served:
-            matched = served & recv_names
+            # A tensor sent over two edges in one step is two recvs in the DAG, named by
+            # their edges (edge_<n>_<node>); the PSes report it by its sending node.
+            matched = {n for n in recv_names if n in served or sending_node_name(n) in served}
             if not matched:
                 raise ScheduleError(
                     f"none of the {len(served)} transfers the PSes served (e.g. "

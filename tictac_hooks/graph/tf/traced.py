@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from tictac_hooks.graph import oracle
 from tictac_hooks.graph.dag import GraphError
 from tictac_hooks.graph.tf import partition, profiler
-from tictac_hooks.graph.tf.naming import PARAMETER_READ_OPS, task_of
+from tictac_hooks.graph.tf.naming import PARAMETER_READ_OPS, sending_node_name, task_of
 
 
 class NoWorkerTaskError(GraphError):
@@ -53,7 +53,9 @@ def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = 
                                                       device=device))
     reads = _parameter_reads(partition_graphs)
     for graph in graphs.values():
-        late |= {op.name for op in graph.recvs if op.name not in reads}
+        # A tensor sent over two edges is named by its edge (edge_<n>_<node>): the read
+        # is its sending node.
+        late |= {op.name for op in graph.recvs if sending_node_name(op.name) not in reads}
     return graphs, compute, late
 
 
