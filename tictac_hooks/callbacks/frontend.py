@@ -69,7 +69,6 @@ class StepDriver:
         self.poll_every = poll_every
         self.steps = 0
         self.epochs = 0
-        self.summary: dict[str, Any] | None = None
 
     def start(self) -> "StepDriver":
         """Reaches every PS's gate (clear error if one has none) and clears old orders."""
@@ -126,8 +125,7 @@ class StepDriver:
 
     def finish(self) -> dict[str, Any]:
         """Waits for dispatched steps, reads the last records, writes the logs; returns
-        the summary (also in ``summary``)."""
+        the summary."""
         if self._join is not None:
             self._join()
-        self.summary = self.controller.finish()
-        return self.summary
+        return self.controller.finish()

@@ -260,8 +260,15 @@ class Gate:
 
     # -- schedules -------------------------------------------------------------------
 
-    def install(self, schedule: Schedule) -> InstallResult:
-        """Installs ``schedule``; steps that start from now on run under it."""
+    def install(self, schedule: Schedule, skip_after_s: float | None = None,
+                window_bytes: int | None = None) -> InstallResult:
+        """Installs ``schedule``; steps that start from now on run under it. A given
+        ``skip_after_s`` or ``window_bytes`` (checked as in the constructor) replaces
+        the gate's setting."""
+        if skip_after_s is not None:
+            self.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
+        if window_bytes is not None:
+            self.window_bytes = check_window(window_bytes)
         served = set(self._served)
         names = set(schedule.order)
         expected = names & served if served else names

@@ -77,11 +77,7 @@ class InProcessClient(GateClient):
                 window_bytes: int | None = None,
                 pace_rate: float | None = None) -> InstallResult:
         self._count("install")
-        if skip_after_s is not None:
-            self.gate.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
-        if window_bytes is not None:
-            self.gate.window_bytes = checks.whole_number("window_bytes", window_bytes, 0)
-        return self.gate.install(schedule)
+        return self.gate.install(schedule, skip_after_s, window_bytes)
 
     def clear(self) -> int:
         self._count("clear")

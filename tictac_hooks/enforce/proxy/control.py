@@ -17,8 +17,6 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from tictac_hooks import checks
-from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 CONTROL_SERVICE = "tictac.Rendezvous"
@@ -34,13 +32,8 @@ async def dispatch(rv: Any, request: bytes, context: aio.ServicerContext,
         args = json.loads(request.decode() or "{}") if request else {}
         if verb == "Install":
             schedule = Schedule.from_json(args.get("schedule"), source="installed schedule")
-            skip_after_s = args.get("skip_after_s")
-            if skip_after_s is not None:
-                rv.gate.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
-            window_bytes = args.get("window_bytes")
-            if window_bytes is not None:
-                rv.gate.window_bytes = check_window(window_bytes)
-            result: Any = rv.gate.install(schedule).to_json()
+            result: Any = rv.gate.install(schedule, args.get("skip_after_s"),
+                                          args.get("window_bytes")).to_json()
         elif verb == "Clear":
             result = {"version": rv.gate.clear()}
         elif verb == "Stats":
