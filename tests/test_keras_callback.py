@@ -105,8 +105,10 @@ def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_q
     if not ok:
         pytest.skip(f"no shaped network here: {why}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # 10 profiled steps, then the check: TIC and TAC, 2 rounds of 2 x 8-step block pairs
+    # (64 steps), so that every worker has a (TicTac, TensorFlow) pair per candidate.
     out = subprocess.run([sys.executable, EXAMPLE, "--network=shaped", "--model=cnn",
-                          "--batch_size=32", "--rate=1gbit", "--steps=60",
+                          "--batch_size=32", "--rate=1gbit", "--steps=90",
                           "--tictac_profile_steps=10", "--tictac_check_rounds=2",
                           "--tictac_check_block_steps=8", f"--log_dir={tmp_path / 'tb'}"],
                          capture_output=True, text=True, timeout=400, cwd=ROOT, env=env)
