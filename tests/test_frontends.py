@@ -86,7 +86,7 @@ def _keras(settings: dict, dag: StepDAG, monkeypatch):
     cb = TicTac(measure_compute=False, **settings)
     monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
     monkeypatch.setattr(cb, "_find_dag", lambda mode: dag)
-    monkeypatch.setattr(cb, "_join", lambda: None)
+    monkeypatch.setattr(cb, "_join", lambda: JOINS.append(1))
     epochs = {"n": 0}
 
     def begin():
@@ -107,7 +107,7 @@ def _keras(settings: dict, dag: StepDAG, monkeypatch):
 def _loop(settings: dict, dag: StepDAG, monkeypatch):
     import tensorflow as tf
     from tictac_hooks import TicTacLoop
-    coordinator = types.SimpleNamespace(join=lambda: None, strategy=None)
+    coordinator = types.SimpleNamespace(join=lambda: JOINS.append(1), strategy=None)
     loop = TicTacLoop(coordinator, tf.function(lambda: tf.constant(0)), **settings)
     monkeypatch.setattr(loop, "_ps_addresses", lambda: [PS])
     monkeypatch.setattr(loop, "_find_dag", lambda: dag)
@@ -131,6 +131,8 @@ def _hook(settings: dict, dag: StepDAG, monkeypatch):
     return hook, hook.begin, step, end
 
 
+JOINS: list[int] = []  # one entry per coordinator join the keras and loop adapters make
+
 ADAPTERS = {"keras": _keras, "loop": _loop, "hook": _hook}
 # Polls each frontend makes on its own cadence: Keras every epoch (5 steps here), the
 # hook every poll_every = 5 steps, the loop every 50 steps.
@@ -153,6 +155,7 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
                     check_rounds=ROUNDS, check_block_steps=BLOCK)
     frontend, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
     workers = Workers(gate, graph)
+    JOINS.clear()
     begin()
     calls = inprocess.calls(PS)
     assert calls["ping"] == 1 and calls["clear"] == 1 and gate.schedule_version is None
@@ -199,6 +202,12 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
     calls = inprocess.calls(PS)
     assert calls["install"] == ROUNDS + (1 if kept else 0)
     assert calls["clear"] == 1 + ROUNDS
+
+    # Joins (PSS frontends; graph-mode steps run synchronously): at the switch, at each
+    # of the check's block boundaries (so each block's steps run in its order), at the
+    # check's end and at the finish.
+    if adapter != "hook":
+        assert len(JOINS) == 1 + (2 * ROUNDS - 1) + 1 + 1, (adapter, len(JOINS))
 
     # Polls: the frontend's cadence, plus the switch, the check's end and the finish
     # (and the finish's transfer timeline, written to log_dir).

@@ -340,8 +340,7 @@ class Controller:
             n = self._check_n
             self._check_n += 1
             if n < self.check.total_steps:
-                self._want = self.check.block(n)
-                self._apply()
+                self._to_block(self.check.block(n))
             else:
                 self._finish_check()
         elif self.settings.recheck_every:
@@ -350,16 +349,33 @@ class Controller:
                 self.say(f"re-checking after {self._since_decision} steps")
                 self._after_switch = []
                 self._check_n = 0
-                self._want = self.check.block(0)
-                self._apply()
+                self._to_block(self.check.block(0))
+
+    def _to_block(self, want: str | None) -> None:
+        """Starts a check block running ``want`` (None: TensorFlow's order). Under PSS the
+        loop dispatches ahead of what runs, so at a block boundary it first waits for
+        the dispatched steps: every step dispatched in a block then runs in that block's
+        order, and each worker gets its share of every block (without the wait a short
+        block could run almost entirely in the previous block's order on one worker).
+        The dispatched steps run back to back during the wait; from its end to the new
+        order's install the workers idle, and that interval is marked as a pause, so
+        the step times that include the idle time are left out."""
+        import time as _time
+        if want == self._want:
+            return
+        if self._join is not None and self.installs:
+            self._join()
+        idle_from = _time.time()
+        self._want = want
+        self._apply()
+        self.mark_pause(idle_from, _time.time())
 
     def _finish_check(self) -> None:
         import time as _time
-        pause_start = _time.time()
         if self._join is not None:
             self._join()  # the blocks' steps ran, so the PSes recorded them
+        pause_start = _time.time()  # the drained steps ran back to back: not a pause
         self.poll()
-        self.mark_pause(pause_start, _time.time())
         result = order_check.decide(self._after_switch, self.check, self.settings.algorithm)
         self.check_results.append(result)
         self._after_switch = []
@@ -371,6 +387,7 @@ class Controller:
             self._decided = None
         self._want = self._decided  # inconclusive: the order before the check stays
         self._apply()
+        self.mark_pause(pause_start, _time.time())
         if result["decision"] is None:
             kept = self._decided.upper() + " order" if self._decided else "TensorFlow's order"
             self.say(f"order check inconclusive ({result['reason']}); {kept} kept")
