@@ -54,3 +54,20 @@ def test_efficiency_is_between_zero_and_one_and_nan_when_nothing_to_gain():
 def test_simulator_needs_times():
     with pytest.raises(GraphError, match="no time"):
         simulate(random_dag(0, timed=False))
+
+
+def test_shared_default_splits_the_link_among_the_unfinished_transfers():
+    # 1, 2 and 3 s alone: all three share the link until the first ends at 3 x 1 = 3;
+    # the other two then share it, and b ends at 3 + 2 x 1 = 5, c alone at 5 + 1 = 6.
+    g = Graph([Op("a", "recv", time=1.0), Op("b", "recv", time=2.0), Op("c", "recv", time=3.0),
+               Op("x", "compute", ("a",), time=4.0), Op("y", "compute", ("x", "c"), time=1.0)])
+    r = simulate(g, None, default="shared")
+    assert r.recv_finish == {"a": 3.0, "b": 5.0, "c": 6.0}
+    assert r.makespan == 8.0  # x [3, 7] after a; y [7, 8] after x and c
+    # An order installed is served one at a time, whatever the default's model.
+    s = Schedule.from_order("s", ["a", "b", "c"])
+    assert simulate(g, s, default="shared").recv_finish == {"a": 1.0, "b": 3.0, "c": 6.0}
+    # The serial default draws a random order; the shared one has no randomness.
+    assert {simulate(g, None, seed=k, default="shared").makespan for k in range(5)} == {8.0}
+    with pytest.raises(ValueError, match="default must be"):
+        simulate(g, None, default="fifo")

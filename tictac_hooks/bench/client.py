@@ -140,6 +140,29 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     return out
 
 
+def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
+               rate_bits: float) -> dict[str, dict[str, float]]:
+    """The simulator's step seconds per model of the untraced compute (bench/predict.py)
+    and schedule; TensorFlow's order (with and without the rendezvous) is the same DAGs
+    with no order installed."""
+    from tictac_hooks.bench.predict import MODELS, predictions
+    if not controllers:
+        return {}
+    orders = {n: c.orders() for n, c in controllers.items() if c.schedule is not None}
+    dags = next(iter(orders.values()))
+    for name in names:
+        if name in (DIRECT, PASSTHROUGH):
+            orders[name] = [(g, None) for g, _ in dags]
+    t0 = time.perf_counter()
+    out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
+                              cfg["ps"], model=model) for model in MODELS}
+    for model, steps in out.items():
+        _progress(cfg, f"simulated step ms ({model} compute): "
+                  + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))
+    _progress(cfg, f"simulated in {time.perf_counter() - t0:.1f} s")
+    return out
+
+
 def _rotation(names: list[str], round_index: int) -> list[str]:
     """Round r starts at schedule r mod k, and odd rounds run backwards (balances drift
     and the position inside a round)."""
@@ -183,6 +206,7 @@ def run(cfg: dict) -> dict:
         _progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
                        f"comm/comp {comm / comp:.2f}")
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
+        predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits)
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}
@@ -236,6 +260,8 @@ def run(cfg: dict) -> dict:
             "step_times": {n: [s.step_time for s in steps[n]] for n in names},
             "schedule_lengths": {n: len(c.schedule) if c.schedule else 0
                                  for n, c in controllers.items()},
+            # the simulator's step time per order (bench/predict.py), beside the measured
+            "predicted_step_s": predicted,
         })
         clear_everywhere(cfg["ps_addresses"])
     r.close()

@@ -324,6 +324,15 @@ class Controller:
             parts.append((graph, compute_order(graph, algorithm)))
         return parts
 
+    def orders(self, algorithm: str | None = None) -> list[tuple[Graph, Schedule]]:
+        """Per worker DAG (restricted to the recvs the PSes served) and its order, for
+        ``algorithm`` (default: the configured one); computed at the switch."""
+        name = algorithm or self.settings.algorithm
+        if name not in self._candidates:
+            raise KeyError(f"no {name!r} order was computed (computed: "
+                           f"{sorted(self._candidates) or 'none yet'})")
+        return list(self._candidates[name])
+
     # --- the order check ---------------------------------------------------------------
     @property
     def check_result(self) -> dict[str, Any] | None:

@@ -170,12 +170,33 @@ def channel_sequences(graph: Graph, schedule: Schedule | None, seed: int = 0) ->
     return out
 
 
-def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0) -> SimResult:
+SERIAL, SHARED = "serial", "shared"  # models of TensorFlow's default order
+
+
+def shared_finishes(times: list[float]) -> list[float]:
+    """Finish times of transfers that all start at 0 and share one link equally while
+    they last (processor sharing): with the times sorted t_1 <= ... <= t_n, transfer k
+    ends at t_1 + ... + t_{k-1} + (n - k + 1) t_k. Returned in the input's order."""
+    order = sorted(range(len(times)), key=times.__getitem__)
+    out = [0.0] * len(times)
+    done, n = 0.0, len(times)
+    for k, i in enumerate(order):
+        out[i] = done + (n - k) * times[i]
+        done += times[i]
+    return out
+
+
+def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
+             default: str = SERIAL) -> SimResult:
     """Makespan of one iteration of ``graph`` with transfers ordered by ``schedule``.
 
-    ``schedule=None`` models TensorFlow's default: every transfer in random order
-    (``seed`` picks the order).
+    ``schedule=None`` models TensorFlow's default, by ``default``: SERIAL, every
+    transfer of a channel back to back in random order (``seed`` picks the order), or
+    SHARED, every transfer of a channel sent at once, the link shared equally among
+    those unfinished (what gRPC's interleaving of concurrent HTTP/2 streams comes to).
     """
+    if default not in (SERIAL, SHARED):
+        raise ValueError(f"default must be {SERIAL!r} or {SHARED!r}, got {default!r}")
     times = _times(graph)
     if schedule is not None:
         schedule.check_fits(graph)
@@ -199,6 +220,10 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0) -> S
                 heapq.heappush(ready, (ready_at[c], c))
 
     for seq in channel_sequences(graph, schedule, seed).values():
+        if schedule is None and default == SHARED:
+            for i, end in zip(seq, shared_finishes([times[i] for i in seq])):
+                finish[i] = end
+            continue
         clock = 0.0
         for i in seq:
             clock += times[i]

@@ -1,0 +1,81 @@
+"""The simulator's prediction of a benchmark step, per order, beside the measured one.
+
+The simulator (graph/simulate.py) gets the benchmark's own inputs: each worker's traced
+DAG as the controller restricted it (the recvs the PSes served), the traced compute time
+of each op, and each recv's bytes over its share of the shaped link. A PS's egress link
+carries the pulls of all W workers at once and a worker's ingress carries its pulls from
+all P PSes, so a (worker, PS) channel gets rate / max(W, P) (the fair share while every
+channel is busy, which is when the order matters).
+
+Compute is what the trace sees per op, scaled so that the ops sum to the step's
+measured compute (the step time with the fast profiling link, which also holds the
+session's overhead and fused or renamed ops the trace misses): the simulator then puts
+that time where the trace says the work is. The gradient pushes of training (worker to
+PS) and the PS's update are not in the model; the README says how far that takes the
+prediction from the measurement.
+
+A benchmark step runs all W towers and ends with the slowest, so its prediction is the
+mean over ``seeds`` tie-breaks of the largest makespan over the workers. TensorFlow's
+order is the simulator's SHARED model: every transfer sent at once, the link shared
+among the unfinished ones (gRPC interleaves concurrent HTTP/2 streams); an installed
+order is served one transfer after the other.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Mapping, Sequence
+
+from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.simulate import SHARED, simulate
+
+SEEDS = 8
+
+
+def timed(graph: Graph, compute: Mapping[str, float], compute_scale: float,
+          channel_bytes_per_s: float) -> Graph:
+    """``graph`` with the benchmark's time oracle: traced op times x ``compute_scale``,
+    recv bytes / ``channel_bytes_per_s`` (a recv of unknown size: no time)."""
+    if channel_bytes_per_s <= 0:
+        raise ValueError(f"channel rate must be > 0 bytes/s, got {channel_bytes_per_s}")
+    times = {op.name: compute.get(op.name, 0.0) * compute_scale for op in graph.compute_ops}
+    times.update({op.name: (op.bytes or 0) / channel_bytes_per_s for op in graph.recvs})
+    return graph.with_times(times)
+
+
+def predicted_step(parts: Sequence[tuple[Graph, Schedule | None]], seeds: int = SEEDS) -> float:
+    """Mean over tie-break seeds of the slowest worker's simulated makespan; ``parts``:
+    per worker its timed DAG and the order its PSes enforce (None: TensorFlow's)."""
+    if not parts:
+        raise ValueError("no worker DAG to simulate")
+    return statistics.fmean(
+        max(simulate(graph, schedule, seed=seed, default=SHARED).makespan for graph, schedule in parts)
+        for seed in range(seeds))
+
+
+SCALED, OVERHEAD = "scaled", "overhead"  # where the step's untraced compute goes
+MODELS = (SCALED, OVERHEAD)
+
+
+def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
+                compute: Mapping[str, float], compute_s: float, rate_bits: float,
+                workers: int, ps: int, seeds: int = SEEDS,
+                model: str = SCALED) -> dict[str, float]:
+    """Predicted step seconds per order name. ``orders``: name -> per worker (DAG as
+    scheduled, order; None for TensorFlow's); ``compute_s``: the measured compute of a
+    worker step. The part of it the trace's op times do not hold goes, by ``model``:
+    SCALED, into the ops (each traced time x compute_s / traced sum: it overlaps the
+    transfers where the ops do); OVERHEAD, after the step (it overlaps nothing)."""
+    if model not in (SCALED, OVERHEAD):
+        raise ValueError(f"model must be {SCALED!r} or {OVERHEAD!r}, got {model!r}")
+    share = rate_bits / 8.0 / max(1, workers, ps)
+    out = {}
+    for name, parts in orders.items():
+        traced = statistics.median(sum(compute.get(op.name, 0.0) for op in g.compute_ops)
+                                   for g, _ in parts)
+        scale = compute_s / traced if traced > 0 and model == SCALED else 1.0
+        extra = max(0.0, compute_s - traced) if model == OVERHEAD else 0.0
+        out[name] = extra + predicted_step(
+            [(timed(g, compute, scale, share), s) for g, s in parts], seeds)
+    return out
