@@ -140,6 +140,51 @@ def _result(shaped: bool = True) -> dict:
             "wall_s": 10.0, "runs": [run], "schedules": sched}
 
 
+def _sweep_result() -> dict:
+    """One configuration at comm/comp 0.5 and 2 with the simulator's predictions."""
+    result = _result()
+    runs = []
+    for ratio, (none, tic), (sim_none, sim_tic) in ((0.5, (1.0, 0.9), (1.0, 0.92)),
+                                                    (2.0, (2.0, 1.6), (2.1, 1.2))):
+        steps = {"none": [none] * 4, "tic": [tic] * 4}
+        sched = {n: metrics.summarize([ClientStep(n, t, (t, t)) for t in ts], 4, 0.5, 0.5)
+                 for n, ts in steps.items()}
+        runs.append({"rate": f"{int(100 / ratio)}mbit", "rate_bits": 1e8 / ratio,
+                     "comm_comp_ratio": ratio, "schedules": sched,
+                     "vs_default": metrics.compare(sched), "step_times": steps,
+                     "predicted_step_s": {"scaled": {"none": sim_none, "tic": sim_tic},
+                                          "overhead": {"none": none * 1.3, "tic": tic * 1.3}}})
+    result["runs"] = runs
+    return result
+
+
+def test_prediction_section_errors_ranking_and_sweep_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from tictac_hooks.bench.report import (best_model, prediction_rows, ranking_agreement,
+                                           sweep_groups, write_report)
+    result = _sweep_result()
+    rows = prediction_rows([result])
+    by = {(r["ratio"], r["order"]): r for r in rows}
+    assert by[(2.0, "tic")]["scaled_error"] == pytest.approx(1.2 / 1.6 - 1)
+    assert by[(0.5, "none")]["overhead_error"] == pytest.approx(0.3)
+    # scaled: errors 0, 2.2 %, 5 %, 25 %; overhead: 30 % everywhere
+    assert best_model(rows) == "scaled"
+    assert ranking_agreement(rows, "scaled") == (2, 2)
+    assert list(sweep_groups([result])) == ["resnet50/training/W2/P1"]
+    assert sweep_groups([_result()]) == {}  # one ratio: no sweep
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(result))
+    text = open(write_report([str(path)], str(tmp_path / "out"))).read()
+    assert "## Simulated against measured step time" in text
+    assert ("| resnet50/training/W2/P1 | 50mbit | 2.00 | tic | 1600 | 2080 | +30.0% | 1200 "
+            "| -25.0% |") in text
+    assert "scaled compute: median |error| 5.0%, largest 25.0% (target <= 10 %: MISSED)" in text
+    assert "overhead compute: median |error| 30.0%" in text
+    assert "![resnet50/training/W2/P1: gain against comm/comp](sweep-resnet50-training-w2-p1.png)" \
+        in text
+    assert os.path.getsize(tmp_path / "out" / "sweep-resnet50-training-w2-p1.png") > 1000
+
+
 def test_report_markdown_and_plots(tmp_path):
     pytest.importorskip("matplotlib")
     from tictac_hooks.bench.report import text_table, write_report
@@ -197,3 +242,18 @@ def test_unscheduled_transfers_are_listed_with_sizes_and_reasons():
     assert [(e["name"], e["bytes"], e["steps"], e["reason"]) for e in out] == [
         ("b", 400, 2, "late"), ("c", 30, 1, "in the DAG, not in the order"),
         ("d", 5, 1, "not in the traced DAG")]
+
+
+def test_compute_is_measured_once_the_step_time_has_settled():
+    from tictac_hooks.bench.client import settled_makespans
+    # Start-up steps (allocation, kernel selection) are slow; the median of the last
+    # three settles at 1.0 and is what counts.
+    times = iter([3.0, 2.0, 1.6, 1.2, 1.0, 1.0, 1.0, 1.01, 0.99, 1.0, 1.0])
+    assert settled_makespans(lambda: next(times), 3) == [1.0, 1.0, 1.0]
+    # Already settled: no extra steps beyond one to see it.
+    calls = []
+    assert settled_makespans(lambda: calls.append(1) or 1.0, 3) == [1.0] * 3
+    assert len(calls) == 4
+    # Never settling: bounded by `most`.
+    falling = iter(range(100, 0, -1))
+    assert len(settled_makespans(lambda: float(next(falling)) ** 3, 3, most=10)) == 3

@@ -2,8 +2,10 @@
 
 ``tictac bench-report A.json B.json ... --out DIR`` writes ``DIR/report.md`` with one
 results table (one row per configuration, bandwidth and schedule), a check of the
-issue's targets, and two kinds of plot: the step-time CDF per schedule of every
-configuration, and throughput relative to TensorFlow's default per model.
+issue's targets, the simulator's step time per order beside the measured one, and three
+kinds of plot: gain against comm/comp per order, measured and simulated, for every
+configuration run at several ratios (a sweep); the step-time CDF per schedule of every
+configuration; and throughput relative to TensorFlow's default per model.
 """
 
 from __future__ import annotations
@@ -124,6 +126,122 @@ def targets(results: Sequence[dict]) -> list[str]:
     return head + out
 
 
+def prediction_rows(results: Sequence[dict]) -> list[dict[str, Any]]:
+    """Per run and order: measured median step seconds and the simulator's prediction
+    under each model of the untraced compute (bench/predict.py), with relative errors."""
+    rows = []
+    for result in results:
+        for run in result["runs"]:
+            predicted = run.get("predicted_step_s") or {}
+            for name, m in run["schedules"].items():
+                row = {"label": result["config"]["label"], "rate": run["rate"],
+                       "ratio": run["comm_comp_ratio"], "order": name,
+                       "measured": m["step_time_median"]}
+                for model, steps in predicted.items():
+                    if name in steps:
+                        row[model] = steps[name]
+                        row[model + "_error"] = steps[name] / m["step_time_median"] - 1.0
+                rows.append(row)
+    return rows
+
+
+def _models(rows: Sequence[dict]) -> list[str]:
+    return sorted({k[:-6] for r in rows for k in r if k.endswith("_error")})
+
+
+def best_model(rows: Sequence[dict]) -> str | None:
+    """The model of the untraced compute with the smallest median |error| over ``rows``."""
+    def median_abs(model: str) -> float:
+        errors = sorted(abs(r[model + "_error"]) for r in rows if model + "_error" in r)
+        return errors[len(errors) // 2]
+    models = _models(rows)
+    return min(models, key=median_abs) if models else None
+
+
+def ranking_agreement(rows: Sequence[dict], model: str) -> tuple[int, int]:
+    """(order pairs the model ranks as measured, order pairs) over every run; pairs
+    whose measured medians are within 1 % of each other are ties and not counted."""
+    agree = total = 0
+    by_run: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if model in r:
+            by_run.setdefault((r["label"], r["rate"]), []).append(r)
+    for run_rows in by_run.values():
+        for i, a in enumerate(run_rows):
+            for b in run_rows[i + 1:]:
+                if abs(a["measured"] / b["measured"] - 1.0) < 0.01:
+                    continue
+                total += 1
+                agree += (a["measured"] < b["measured"]) == (a[model] < b[model])
+    return agree, total
+
+
+def prediction_section(results: Sequence[dict]) -> list[str]:
+    """The simulator's step time per order against the measured one, and how well each
+    model of the untraced compute predicts the measured ranking of the orders."""
+    rows = prediction_rows(results)
+    models = _models(rows)
+    if not models:
+        return []
+    out = ["| config | link | comm/comp | order | measured ms | "
+           + " | ".join(f"simulated ms ({m}) | error ({m})" for m in models) + " |",
+           "|---|---|---|---|---|" + "---|---|" * len(models)]
+    for r in rows:
+        cells = [f"{_fmt(r[m] * 1e3 if m in r else None, '.0f')} | "
+                 f"{_fmt(r.get(m + '_error'), '+.1%')}" for m in models]
+        out.append(f"| {r['label']} | {r['rate']} | {r['ratio']:.2f} | {r['order']} | "
+                   f"{r['measured'] * 1e3:.0f} | " + " | ".join(cells) + " |")
+    out.append("")
+    for m in models:
+        errors = sorted(abs(r[m + "_error"]) for r in rows if m + "_error" in r)
+        agree, total = ranking_agreement(rows, m)
+        out.append(f"- {m} compute: median |error| {errors[len(errors) // 2]:.1%}, largest "
+                   f"{errors[-1]:.1%} (target <= 10 %: "
+                   f"{'met' if errors[-1] <= 0.10 else 'MISSED'}); ranks "
+                   f"{agree} of {total} order pairs as measured (pairs within 1 % not counted)")
+    out.append(f"- the sweep plots use the {best_model(rows)} model (smallest median |error|)")
+    return out
+
+
+def sweep_groups(results: Sequence[dict]) -> dict[str, list[dict]]:
+    """Configuration label -> its runs at two or more comm/comp ratios, in ratio order
+    (from one or several result files)."""
+    groups: dict[str, list[dict]] = {}
+    for result in results:
+        for run in result["runs"]:
+            if DEFAULT in run["schedules"]:
+                groups.setdefault(result["config"]["label"], []).append(run)
+    return {label: sorted(runs, key=lambda r: r["comm_comp_ratio"])
+            for label, runs in groups.items()
+            if len({round(r["comm_comp_ratio"], 2) for r in runs}) >= 2}
+
+
+def _sweep_plot(plt: Any, label: str, runs: Sequence[dict], model: str | None,
+                path: str) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    names = [n for n in runs[0]["schedules"] if n != DEFAULT]
+    xs = [r["comm_comp_ratio"] for r in runs]
+    for k, name in enumerate(names):
+        color = f"C{k}"
+        ax.plot(xs, [r["vs_default"][name]["throughput_gain_pct"] for r in runs], "o-",
+                color=color, label=f"{name} measured")
+        sims = [(r["predicted_step_s"] or {}).get(model, {}) if model else {} for r in runs]
+        if all(name in s and DEFAULT in s for s in sims):
+            ax.plot(xs, [100.0 * (s[DEFAULT] / s[name] - 1.0) for s in sims], "x--",
+                    color=color, alpha=0.7, label=f"{name} simulated")
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{x:.2g}" for x in xs])
+    ax.set(xlabel="comm / comp", ylabel="throughput gain vs TensorFlow's default (%)",
+           title=f"{label}: gain against comm/comp")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
@@ -153,7 +271,15 @@ def write_report(paths: Sequence[str], out_dir: str) -> str:
     unscheduled = unscheduled_section(results)
     if unscheduled:
         md += ["", "## Transfers the order leaves out", ""] + unscheduled
+    predicted = prediction_section(results)
+    if predicted:
+        md += ["", "## Simulated against measured step time", ""] + predicted
     md += ["", "## Plots", ""]
+    model = best_model(prediction_rows(results))
+    for label, runs in sweep_groups(results).items():
+        name = f"sweep-{_slug(label)}.png"
+        _sweep_plot(plt, label, runs, model, os.path.join(out_dir, name))
+        md.append(f"![{label}: gain against comm/comp]({name})")
     for result in results:
         for run in result["runs"]:
             fig, ax = plt.subplots(figsize=(6, 4))
