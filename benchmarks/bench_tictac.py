@@ -5,7 +5,7 @@ Runs `tictac bench` on a list of configurations (one JSON each, under --out), th
 tc for a shaped network; otherwise every run falls back to loopback and says so.
 
   sudo .venv/bin/python benchmarks/bench_tictac.py [--out benchmarks/results]
-      [--steps 15] [--configs resnet50:training:2:1:auto,...]
+      [--steps 15] [--configs resnet50:training:2:1:auto,...|sweep] [--readme]
 
 A configuration is MODEL[/BATCH]:MODE:WORKERS:PS:BANDWIDTH[;BANDWIDTH...] (bandwidths as
 in `tictac bench --bandwidth`, ';'-separated for a sweep; BATCH per worker, default the
@@ -37,6 +37,13 @@ DEFAULT_CONFIGS = (
     "vgg16:training:1:1:auto:0.5",
 )
 
+# gain against comm/comp (issue #11): `--configs sweep`
+SWEEP_CONFIGS = (
+    "resnet50:training:2:1:auto:0.25;auto:0.5;auto;auto:2",
+    "resnet50:inference:2:1:auto:0.25;auto:0.5;auto;auto:2",
+    "inceptionv3:training:2:1:auto:0.5;auto;auto:2",
+)
+
 
 def result_name(model: str, mode: str, workers: str, ps: str, bandwidth: str) -> str:
     """``resnet50-training-w2-p1.json``; a non-default bandwidth is named too
@@ -66,13 +73,18 @@ def _wait_for_other_benchmarks(limit_s: float = 600.0) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
+    p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
+                   help="configurations (see above), or 'sweep' for the comm/comp sweep")
+    p.add_argument("--readme", action="store_true",
+                   help="also rewrite the README's generated results section (between "
+                        "its bench-results markers) from these runs")
     p.add_argument("--steps", type=int, default=15, help="measured steps per schedule")
     p.add_argument("--block-steps", type=int, default=5)
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    configs = SWEEP_CONFIGS if args.configs == "sweep" else args.configs.split(",")
     outputs = []
-    for spec in args.configs.split(","):
+    for spec in configs:
         model, mode, workers, ps, bandwidth = spec.split(":", 4)
         model, _, batch = model.partition("/")
         path = os.path.join(args.out, result_name(model, mode, workers, ps, bandwidth))
@@ -95,7 +107,28 @@ def main() -> int:
                          "--out", args.out], cwd=ROOT).returncode
     with open(os.path.join(args.out, "report.md")) as f:
         print(f.read())
+    if rc == 0 and args.readme:
+        write_readme(outputs, args.out, "sudo .venv/bin/python benchmarks/bench_tictac.py "
+                     + " ".join(sys.argv[1:]))
     return rc
+
+
+def write_readme(outputs: list[str], out_dir: str, command: str) -> None:
+    """Rewrites README.md's generated results section from ``outputs``."""
+    import json
+    from tictac_hooks.bench.report import readme_block, replace_readme_block
+    results = []
+    for path in outputs:
+        with open(path) as f:
+            results.append(json.load(f))
+    readme = os.path.join(ROOT, "README.md")
+    with open(readme) as f:
+        text = f.read()
+    block = readme_block(results, os.path.relpath(os.path.abspath(out_dir), ROOT), command)
+    with open(readme, "w") as f:
+        f.write(replace_readme_block(text, block))
+    print(f"README.md: generated results section rewritten from {len(outputs)} runs",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -257,3 +257,20 @@ def test_compute_is_measured_once_the_step_time_has_settled():
     # Never settling: bounded by `most`.
     falling = iter(range(100, 0, -1))
     assert len(settled_makespans(lambda: float(next(falling)) ** 3, 3, most=10)) == 3
+
+
+def test_readme_block_is_generated_between_its_markers():
+    from tictac_hooks.bench.report import (README_BEGIN, README_END, readme_block,
+                                           replace_readme_block)
+    block = readme_block([_sweep_result()], "benchmarks/results/sweep", "bench_tictac.py x")
+    assert block[0] == README_BEGIN and block[-1] == README_END
+    text = "\n".join(block)
+    assert "by `bench_tictac.py x`" in text and "best training gain: tic" in text
+    assert "scaled compute: median |error| 5.0%" in text
+    assert "(benchmarks/results/sweep/sweep-resnet50-training-w2-p1.png)" in text
+    readme = f"# R\n\nhand-written\n\n{README_BEGIN}\nold\n{README_END}\n\nafter\n"
+    new = replace_readme_block(readme, block)
+    assert "old" not in new and "hand-written" in new and new.endswith("\n\nafter\n")
+    assert replace_readme_block(new, block) == new  # idempotent
+    with pytest.raises(ValueError, match="no <!-- bench-results:begin -->"):
+        replace_readme_block("# R\n", block)

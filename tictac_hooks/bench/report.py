@@ -242,6 +242,38 @@ def _sweep_plot(plt: Any, label: str, runs: Sequence[dict], model: str | None,
     plt.close(fig)
 
 
+README_BEGIN = "<!-- bench-results:begin -->"
+README_END = "<!-- bench-results:end -->"
+
+
+def readme_block(results: Sequence[dict], report_dir: str, command: str) -> list[str]:
+    """The README's generated results: the targets, the simulator's fit and the sweep
+    plots (``report_dir``: where write_report put them, relative to the README)."""
+    lines = [README_BEGIN,
+             f"Generated from {len(results)} result file{'s' if len(results) != 1 else ''} "
+             f"by `{command}`; the full tables: [{report_dir}/report.md]({report_dir}/report.md).",
+             "", "Targets (issue #11), checked on these runs:", ""] + targets(results)
+    predicted = prediction_section(results)
+    if predicted:
+        lines += ["", "The simulator against the measurement (every order, every ratio):", ""]
+        lines += [line for line in predicted if line.startswith("- ")]
+    groups = sweep_groups(results)
+    if groups:
+        lines.append("")
+        lines += [f"![{label}: gain against comm/comp]({report_dir}/sweep-{_slug(label)}.png)"
+                  for label in groups]
+    return lines + [README_END]
+
+
+def replace_readme_block(readme: str, block: Sequence[str]) -> str:
+    """``readme`` with the text between the markers (inclusive) replaced by ``block``."""
+    start, end = readme.find(README_BEGIN), readme.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the README has no {README_BEGIN} ... {README_END} section to "
+                         "replace: add the two markers where the generated results go")
+    return readme[:start] + "\n".join(block) + readme[end + len(README_END):]
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
