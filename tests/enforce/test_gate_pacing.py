@@ -15,10 +15,11 @@ from tictac_hooks.graph.schedule import Schedule
 
 SRC = "/job:ps/replica:0/task:0/device:CPU:0"
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
 
 
-def key(name, edge=1):
-    return f"{SRC};1;{W0};edge_{edge}_{name};0:0"
+def key(name, edge=1, dest=W0):
+    return f"{SRC};1;{dest};edge_{edge}_{name};0:0"
 
 
 @pytest.fixture(scope="module")
@@ -34,17 +35,20 @@ class Driver:
         from tictac_hooks.enforce.native.cgate import CGate
         self.gate = CGate.alone(path, skip_after_s=skip_after_s)
         self.times = {}
+        self.handed = []  # (destination, name) in hand-back order
         self.event = threading.Event()
 
-    def install(self, names, pace_rate=None, window=None):
+    def install(self, names, pace_rate=None, window=None, align=None):
         return self.gate.control("install", install_argument(
-            Schedule.from_order("test", names), pace_rate=pace_rate, window_bytes=window))
+            Schedule.from_order("test", names), pace_rate=pace_rate, window_bytes=window,
+            align=align))
 
-    def send(self, step, name, nbytes):
-        ticket = self.gate.arrive(step, key(name))
+    def send(self, step, name, nbytes, dest=W0):
+        ticket = self.gate.arrive(step, key(name, dest=dest))
 
         def handed():
             self.times[name] = time.monotonic()
+            self.handed.append((dest, name))
             self.event.set()
         self.gate.ready(ticket, nbytes, handed)
 
@@ -106,4 +110,40 @@ def test_bad_pacing_settings_are_refused_with_the_setting_named(lib_path):
                        ("window_bytes\t-5", "window_bytes")):
         with pytest.raises(ScheduleError, match=word):
             d.gate.control("configure", line + "\norder\n")
+    d.gate.close()
+
+
+@pytest.mark.parametrize("align", [True, False])
+def test_aligned_pacing_gives_every_destination_its_kth_before_any_its_next(lib_path, align):
+    # One step shared by two workers (in-graph replication), every response ready at
+    # once, W0's first. Aligned: the link goes to the destination with fewer handed
+    # back, so the two alternate. First come, first served: W0 takes the link each time
+    # it has room, and W1 waits for all of W0's.
+    d = Driver(lib_path)
+    names = ["a", "b", "c", "d"]
+    summary = d.install(names, pace_rate=1e6, window=0, align=align)
+    assert d.gate.control("configure", "")["align"] is align
+    for dest in (W0, W1):
+        for name in names:
+            d.send(7, name, 10_000, dest=dest)  # 10 ms each on the wire
+    deadline = time.monotonic() + 5.0
+    while len(d.handed) < 8 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert summary["expected"] == 4 and len(d.handed) == 8, d.handed
+    dests = [0 if dest == W0 else 1 for dest, _ in d.handed]
+    if align:
+        assert dests == [0, 1] * 4, d.handed
+    else:
+        assert dests == [0] * 4 + [1] * 4, d.handed
+    for w in (W0, W1):  # each destination still gets its own order
+        assert [n for dest, n in d.handed if dest == w] == names
+    d.gate.close()
+
+
+def test_align_setting_is_checked(lib_path):
+    from tictac_hooks.graph.schedule import ScheduleError
+    d = Driver(lib_path)
+    assert d.gate.control("configure", "")["align"] is True  # the default
+    with pytest.raises(ScheduleError, match="align must be 1"):
+        d.gate.control("configure", "align\tyes\norder\n")
     d.gate.close()

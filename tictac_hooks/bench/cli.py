@@ -12,7 +12,7 @@ QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, bl
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from tictac_hooks.bench.client import SCHEDULES
+    from tictac_hooks.bench.client import OPTIONAL, SCHEDULES
     from tictac_hooks.enforce.cli import window_bytes_arg
     p = sub.add_parser(
         "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",
@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, default=None,
                    help="per-worker batch (default: the model's, see workloads.MODELS)")
     p.add_argument("--schedules", default=",".join(SCHEDULES),
-                   help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all)")
+                   help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all), "
+                        f"and of {','.join(OPTIONAL)} (an order with the native gate's "
+                        "pacing first come, first served among workers, not aligned)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")

@@ -25,6 +25,10 @@ DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvou
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
 ALGORITHMS = ("tic", "tac", "random", "layer")
 SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
+# On request: an order with the native gate's pacing first come, first served among
+# destinations instead of aligned (gate.h), e.g. "tic-fifo", to compare the policies.
+FIFO = "-fifo"
+OPTIONAL = tuple(a + FIFO for a in ALGORITHMS)
 
 
 def _progress(cfg: dict, message: str) -> None:
@@ -145,11 +149,12 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     from tictac_hooks.callbacks.controller import Controller, Settings
     out = {}
     for name in names:
-        settings = Settings(algorithm=name, profile_steps=1, log_dir=None,
+        settings = Settings(algorithm=name.removesuffix(FIFO), profile_steps=1, log_dir=None,
                             skip_timeout=cfg["skip_timeout"], stats_every=1,
                             window_bytes=cfg["window_bytes"],
                             check_rounds=0)  # the bench compares the orders itself
         controller = Controller(cfg["ps_addresses"], settings, install=True)
+        controller.align = not name.endswith(FIFO)
         controller.connect()
         controller.switch(graphs, compute_times=compute, bandwidth=rate_bits / 8.0, late=late)
         controller.suspend()
@@ -192,7 +197,7 @@ def run(cfg: dict) -> dict:
     from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
     r = Runner(cfg)
     names = [s for s in cfg["schedules"]]
-    algos = [s for s in names if s in ALGORITHMS]
+    algos = [s for s in names if s in ALGORITHMS + OPTIONAL]
     _progress(cfg, f"graph built, parameters {r.work.param_bytes / 2**20:.1f} MiB; warm-up")
     for _ in range(cfg["warmup"]):
         for which in range(len(r.sessions)):

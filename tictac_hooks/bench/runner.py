@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from tictac_hooks.bench import workloads
-from tictac_hooks.bench.client import DIRECT, SCHEDULES
+from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 
 DEFAULT_SCHEDULES = SCHEDULES
@@ -63,9 +63,10 @@ class BenchConfig:
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"--{name.replace('_', '-')} must be in {lo}..{hi}, got {value}")
-        bad = [s for s in self.schedules if s not in SCHEDULES]
+        bad = [s for s in self.schedules if s not in SCHEDULES + OPTIONAL]
         if bad or not self.schedules or len(set(self.schedules)) != len(self.schedules):
-            raise ValueError(f"--schedules must be distinct names from {','.join(SCHEDULES)}, "
+            raise ValueError(f"--schedules must be distinct names from "
+                             f"{','.join(SCHEDULES + OPTIONAL)}, "
                              f"got {','.join(self.schedules)}")
         parse_rates(self.bandwidth)
         if self.backend not in ("native", "proxy"):

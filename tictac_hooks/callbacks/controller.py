@@ -165,6 +165,8 @@ class Controller:
         self.verbose = verbose
         # Bytes/s of a PS's link for the native gate's pacing (gate.h); None: off.
         self.pace_rate: float | None = None
+        # Aligned pacing at the native gate (gate.h); None: the PS's setting (on).
+        self.align: bool | None = None
         self.destination_jobs = tuple(destination_jobs)
         self.settings = settings
         self.installs = install
@@ -492,7 +494,7 @@ class Controller:
         # All or nothing: checked on every PS first, rolled back on a failure half-way.
         results = install_plan(plan, skip_after_s=self.settings.skip_timeout,
                                window_bytes=self.settings.window_bytes,
-                               pace_rate=self.pace_rate)
+                               pace_rate=self.pace_rate, align=self.align)
         for address, result in results.items():
             if result.unmatched:
                 log.warning("TicTac: %d scheduled transfers were not served by %s (e.g. %r); "

@@ -76,12 +76,13 @@ class RendezvousClient(GateClient):
 
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
                 window_bytes: int | None = None,
-                pace_rate: float | None = None) -> InstallResult:
+                pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
         """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
         also sets how long the PS waits for a scheduled transfer before skipping it,
         ``window_bytes`` the gate's look-ahead window (0: strictly one at a time).
-        ``pace_rate`` is the native gate's setting: the proxy paces by its window of
-        bytes in flight (each answered by the PS), so it takes and ignores it."""
+        ``pace_rate`` and ``align`` are the native gate's pacing settings: the proxy paces
+        by its window of bytes in flight (each answered by the PS), so it takes and
+        ignores them."""
         body: dict[str, Any] = {"schedule": schedule.to_json()}
         if skip_after_s is not None:
             body["skip_after_s"] = skip_after_s
@@ -146,10 +147,11 @@ def connect(address: str, timeout_s: float = 10.0, backend: str = "auto") -> Gat
 def install_everywhere(addresses: Sequence[str], schedule: Schedule,
                        timeout_s: float = 10.0, skip_after_s: float | None = None,
                        window_bytes: int | None = None,
-                       pace_rate: float | None = None) -> dict[str, InstallResult]:
+                       pace_rate: float | None = None,
+                       align: bool | None = None) -> dict[str, InstallResult]:
     """Installs ``schedule`` on every PS, all or nothing (see :func:`install_plan`)."""
     return install_plan({a: schedule for a in addresses}, timeout_s, skip_after_s,
-                        window_bytes, pace_rate)
+                        window_bytes, pace_rate, align)
 
 
 class InstallError(ScheduleError):
@@ -159,7 +161,8 @@ class InstallError(ScheduleError):
 
 def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
                  skip_after_s: float | None = None, window_bytes: int | None = None,
-                 pace_rate: float | None = None) -> dict[str, InstallResult]:
+                 pace_rate: float | None = None,
+                 align: bool | None = None) -> dict[str, InstallResult]:
     """Installs ``plan[address]`` on each PS, everywhere or nowhere.
 
     First checks everything: every PS answers and enforces, each schedule is within
@@ -192,7 +195,7 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
             try:
                 results[address] = clients[address].install(
                     schedule, skip_after_s=skip_after_s, window_bytes=window_bytes,
-                    pace_rate=pace_rate)
+                    pace_rate=pace_rate, align=align)
             except (GateError, ScheduleError) as e:
                 raise InstallError(f"install on {address} failed: {e}; "
                                    + _roll_back(clients, results)) from None

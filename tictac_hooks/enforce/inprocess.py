@@ -75,7 +75,7 @@ class InProcessClient(GateClient):
 
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
                 window_bytes: int | None = None,
-                pace_rate: float | None = None) -> InstallResult:
+                pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
         self._count("install")
         return self.gate.install(schedule, skip_after_s, window_bytes)
 

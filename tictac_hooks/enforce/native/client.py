@@ -76,7 +76,8 @@ class NativeGateError(GateError):
 
 
 def install_argument(schedule: Schedule, skip_after_s: float | None = None,
-                     pace_rate: float | None = None, window_bytes: int | None = None) -> str:
+                     pace_rate: float | None = None, window_bytes: int | None = None,
+                     align: bool | None = None) -> str:
     if any("\t" in n or "\n" in n for n in schedule.order):
         raise ScheduleError("transfer names must not contain TAB or newline characters")
     head = [f"algorithm\t{schedule.algorithm}"]
@@ -86,6 +87,8 @@ def install_argument(schedule: Schedule, skip_after_s: float | None = None,
         head.append(f"pace_rate\t{float(pace_rate)!r}")
     if window_bytes is not None:
         head.append(f"window_bytes\t{int(window_bytes)}")
+    if align is not None:
+        head.append(f"align\t{int(bool(align))}")
     lines = head + ["order"] + [f"{n}\t{schedule.priority[n]}" for n in schedule.order]
     return "\n".join(lines) + "\n"
 
@@ -216,12 +219,15 @@ class NativeClient(GateClient):
 
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
                 window_bytes: int | None = None,
-                pace_rate: float | None = None) -> InstallResult:
+                pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
         """Installs ``schedule``; steps starting after this run under it. ``skip_after_s``
         also sets the PS's skip bound. ``pace_rate`` (bytes/s of the PS's link; 0: off)
         turns on pacing: the next transfer is handed to gRPC only while the bytes handed
         back and not yet drained at that rate are at most ``window_bytes`` (gate.h,
-        "Pacing"). Without pacing the next transfer goes the moment its turn comes."""
+        "Pacing"). Without pacing the next transfer goes the moment its turn comes.
+        ``align`` (default: the PS's, on) picks among destinations whose turn came while
+        pacing: the furthest behind first (gate.h, "Aligned pacing"); False: first come,
+        first served."""
         if window_bytes is not None:
             check_window(window_bytes)
         if skip_after_s is not None:
@@ -230,7 +236,7 @@ class NativeClient(GateClient):
             raise ValueError(f"pace_rate must be a finite number of bytes/s >= 0 (0: no "
                              f"pacing), got {pace_rate!r}")
         argument = install_argument(schedule, skip_after_s, pace_rate,
-                                    window_bytes if pace_rate else None)
+                                    window_bytes if pace_rate else None, align)
         check_install_size(schedule, len(argument.encode()), self.address)
         r = self.call("install", argument)
         return InstallResult(r["version"], r["transfers"], r["expected"],

@@ -110,6 +110,7 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
     double skip = -1, pace_rate = -1;
     int presume = -1;
     int64_t pace_window = -1;
+    int align = -1;
     for (const auto& [k, v] : head) {
       if (k == "algorithm") {
         algorithm = v;
@@ -137,13 +138,20 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
           return false;
         }
         pace_window = static_cast<int64_t>(d);
+      } else if (k == "align") {
+        if (v != "0" && v != "1") {
+          *reply = "align must be 1 (aligned pacing) or 0 (first come, first served), got '" +
+                   v + "'";
+          return false;
+        }
+        align = v == "1";
       } else {
         *reply = "unknown control setting '" + k + "'";
         return false;
       }
     }
-    if ((skip > 0 || presume >= 0 || pace_rate >= 0 || pace_window >= 0) &&
-        !gate->Configure(skip, presume, reply, pace_rate, pace_window))
+    if ((skip > 0 || presume >= 0 || pace_rate >= 0 || pace_window >= 0 || align >= 0) &&
+        !gate->Configure(skip, presume, reply, pace_rate, pace_window, align))
       return false;
     if (verb == "configure") {
       *reply = gate->SummaryJson();

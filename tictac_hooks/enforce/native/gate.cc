@@ -296,7 +296,7 @@ int64_t Gate::Clear() {
 }
 
 bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string* error,
-                     double pace_rate, int64_t pace_window) {
+                     double pace_rate, int64_t pace_window, int align) {
   if (skip_after_s > 0 && !std::isfinite(skip_after_s)) {
     *error = "skip_after_s must be a finite number of seconds > 0";
     return false;
@@ -310,6 +310,7 @@ bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string*
   if (presume_absent_after >= 0) opt_.presume_absent_after = presume_absent_after;
   if (pace_rate >= 0) opt_.pace_rate = pace_rate;
   if (pace_window >= 0) opt_.pace_window = pace_window;
+  if (align >= 0) opt_.align = align != 0;
   return true;
 }
 
@@ -335,8 +336,33 @@ bool Gate::Paced() {
   return true;
 }
 
+void Gate::ServeAligned(Runs* runs) {
+  while (!Paced()) {
+    Channel* best = nullptr;
+    int64_t best_seq = 0;
+    for (auto& [step, chans] : steps_) {
+      const int64_t seq = step_seq_[step];
+      for (auto& [dest, ch] : chans) {
+        if (ch->waiters.empty() || ch->waiters.front()->priority > ch->counter) continue;
+        if (best == nullptr || seq < best_seq ||
+            (seq == best_seq && ch->counter < best->counter)) {
+          best = ch.get();
+          best_seq = seq;
+        }
+      }
+    }
+    if (best == nullptr) return;
+    std::pop_heap(best->waiters.begin(), best->waiters.end(), HeapLess);
+    TicketPtr t = best->waiters.back();
+    best->waiters.pop_back();
+    if (t->state == State::kListed && best->done.count(t->name)) t->state = State::kLate;
+    HandBackNow(best, t, runs);
+  }
+}
+
 void Gate::OnPace(Runs* runs) {
   pace_deadline_ = 0;
+  if (Aligned()) ServeAligned(runs);
   for (auto& [step, chans] : steps_)
     for (auto& [dest, ch] : chans)
       if (!ch->waiters.empty()) Pump(ch.get(), runs);
@@ -414,8 +440,10 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
       t->hand_back = std::move(hand_back);
       if (t->state == State::kListed && ch->done.count(t->name))
         t->state = State::kLate;  // skipped while its response was being produced
+      // Aligned pacing: a transfer whose turn came waits in line with those of other
+      // destinations, and ServeAligned (in Pump) picks which goes.
       if (t->state != State::kListed || !error.empty() ||
-          (t->priority <= ch->counter && !Paced())) {
+          (t->priority <= ch->counter && !Aligned() && !Paced())) {
         HandBackNow(ch, t, &runs);
       } else {
         t->seq = next_seq_++;
@@ -438,6 +466,7 @@ std::string Gate::SummaryLocked() {
     << ",\"expected\":" << (installed_ ? installed_->size() : 0)
     << ",\"window_bytes\":" << (opt_.pace_rate > 0 ? opt_.pace_window : 0)
     << ",\"pace_rate\":" << JsonNum(opt_.pace_rate)
+    << ",\"align\":" << (opt_.align ? "true" : "false")
     << ",\"skip_after_s\":" << JsonNum(opt_.skip_after_s)
     << ",\"active_steps\":" << steps_.size() << ",\"history\":" << history_.size()
     << ",\"served_names\":" << served_.size() << ",\"totals\":{";
@@ -493,6 +522,7 @@ Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
     // A step binds to the schedule current at its first transfer (atomic install).
     sit = steps_.emplace(step_id, std::map<std::string, std::unique_ptr<Channel>>()).first;
     binding_[step_id] = installed_;
+    step_seq_[step_id] = next_step_seq_++;
     step_order_.push_back(step_id);
     while (static_cast<int>(step_order_.size()) > opt_.max_active_steps) {
       int64_t old = step_order_.front();
@@ -500,6 +530,7 @@ Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
       for (auto& [d, ch] : steps_[old]) Finish(ch.get(), runs);
       steps_.erase(old);
       binding_.erase(old);
+      step_seq_.erase(old);
     }
     sit = steps_.find(step_id);
   }
@@ -558,7 +589,8 @@ void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
 void Gate::Pump(Channel* ch, Runs* runs) {
   const int before = ch->counter;
   while (true) {
-    while (!ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter &&
+    if (Aligned()) ServeAligned(runs);
+    while (!Aligned() && !ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter &&
            !Paced()) {
       std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
       TicketPtr t = ch->waiters.back();

@@ -14,6 +14,11 @@
 // bytes it handed back, drained at pace_rate (the PS's link rate), and hands the next
 // listed transfer whose turn came only while that backlog is at most pace_window
 // bytes: enough to keep the link busy, little enough that the wire keeps the order.
+// Aligned pacing (align, the default): when the link has room, the transfer handed back
+// is the one whose turn came in the oldest step and, within a step, on the destination
+// that has had the fewest handed back, so that in a step shared by several workers (in-
+// graph replication) every worker gets its k-th transfer before any gets its (k+1)-th;
+// without it the first destination in map order took the link whenever it had room.
 // Never waits forever: when the counter stands still for skip_after_s while a later
 // transfer waits, the transfer it waits for is skipped ("slow" if its request came,
 // "timeout" if not); one skipped for not coming in presume_absent_after consecutive
@@ -51,6 +56,7 @@ struct Options {
   size_t max_served_names = 100000;
   double pace_rate = 0;             // bytes/s of the PS's link; 0: no pacing
   int64_t pace_window = 256 << 10;  // backlog (bytes) up to which the next one goes
+  bool align = true;                // pacing serves the furthest-behind destination first
 };
 
 // One schedule entry: transfer name and its global priority.
@@ -101,8 +107,9 @@ class Gate {
   // Sets the skip bound (if > 0) and the presume-absent count (if >= 0); false with
   // *error for a bound that is not finite.
   // pace_rate >= 0 (bytes/s, 0: off) and pace_window >= 0 (bytes) when not negative.
+  // align: 1 aligned pacing, 0 first come first served among destinations, -1 unchanged.
   bool Configure(double skip_after_s, int presume_absent_after, std::string* error,
-                 double pace_rate = -1, int64_t pace_window = -1);
+                 double pace_rate = -1, int64_t pace_window = -1, int align = -1);
 
   // The transfer path. Arrive when the request is parsed; Ready when the response is
   // produced, with the closure that hands it to gRPC. The closure runs exactly once,
@@ -128,6 +135,8 @@ class Gate {
   double Backlog(double steady_now);  // drains the virtual queue to now; its bytes
   bool Paced();                       // the backlog holds the next transfer back
   void OnPace(Runs* runs);
+  bool Aligned() const { return opt_.pace_rate > 0 && opt_.align; }
+  void ServeAligned(Runs* runs);      // hands back, while the link has room, gate-wide
   void Finish(Channel* ch, Runs* runs);
   std::string SummaryLocked();
   void TimerLoop();
@@ -143,6 +152,8 @@ class Gate {
   int64_t next_seq_ = 0;
   // Active steps, oldest first: step id -> destination -> channel.
   std::deque<int64_t> step_order_;
+  std::unordered_map<int64_t, int64_t> step_seq_;  // active step -> arrival number
+  int64_t next_step_seq_ = 0;
   std::unordered_map<int64_t, std::map<std::string, std::unique_ptr<Channel>>> steps_;
   std::unordered_map<int64_t, std::shared_ptr<Installed>> binding_;
   std::deque<std::string> history_;  // finished (step, worker) records, as JSON
