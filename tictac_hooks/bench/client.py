@@ -25,10 +25,16 @@ DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvou
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
 ALGORITHMS = ("tic", "tac", "random", "layer")
 SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
-# On request: an order with the native gate's pacing first come, first served among
-# destinations instead of aligned (gate.h), e.g. "tic-fifo", to compare the policies.
-FIFO = "-fifo"
-OPTIONAL = tuple(a + FIFO for a in ALGORITHMS)
+# On request, to compare the native gate's policies (gate.h) in one run: an order with
+# pacing first come, first served among destinations instead of aligned ("tic-fifo"),
+# or with no pacing at all ("tic-nopace": each transfer handed to gRPC when its turn
+# comes, however many are on the wire).
+FIFO, NOPACE = "-fifo", "-nopace"
+OPTIONAL = tuple(a + v for v in (FIFO, NOPACE) for a in ALGORITHMS)
+
+
+def _algorithm(name: str) -> str:
+    return name.removesuffix(FIFO).removesuffix(NOPACE)
 
 
 def _progress(cfg: dict, message: str) -> None:
@@ -149,7 +155,7 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     from tictac_hooks.callbacks.controller import Controller, Settings
     out = {}
     for name in names:
-        settings = Settings(algorithm=name.removesuffix(FIFO), profile_steps=1, log_dir=None,
+        settings = Settings(algorithm=_algorithm(name), profile_steps=1, log_dir=None,
                             skip_timeout=cfg["skip_timeout"], stats_every=1,
                             window_bytes=cfg["window_bytes"],
                             check_rounds=0)  # the bench compares the orders itself
@@ -157,6 +163,8 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
         controller.align = not name.endswith(FIFO)
         controller.connect()
         controller.switch(graphs, compute_times=compute, bandwidth=rate_bits / 8.0, late=late)
+        if name.endswith(NOPACE):
+            controller.pace_rate = 0.0  # from its first block on (switch's install is lifted)
         controller.suspend()
         out[name] = controller
     return out
