@@ -98,6 +98,11 @@ def test_rendezvous_counts():
     assert c["violation_pct"] == pytest.approx(100 / 6)
     assert c["matched"] == pytest.approx(4 / 5)
     assert metrics.rendezvous_counts([])["matched"] is None
+    # Bytes a worker was served per step: summed over the PSes of a step, median over steps.
+    per_ps = [dataclasses.replace(records[0], step_id=s, ps=ps, bytes=b)
+              for s, ps, b in ((1, "a:1", 100), (1, "b:1", 50), (2, "a:1", 300), (3, "a:1", 10))]
+    assert metrics.rendezvous_counts(per_ps)["bytes_per_worker_step"] == 150
+    assert metrics.rendezvous_counts([])["bytes_per_worker_step"] is None
 
 
 def test_rotation_balances_positions():

@@ -33,3 +33,32 @@ def test_a_cluster_never_started_makes_no_directory_and_a_given_one_is_kept(tmp_
     cluster = LocalCluster(num_ps=1, num_workers=1, log_dir=str(tmp_path))
     cluster.close()
     assert tmp_path.is_dir()
+
+
+def test_a_transient_grpc_abort_at_start_up_is_retried_on_the_same_ports(monkeypatch):
+    from tictac_hooks.cluster import launcher
+    cluster = LocalCluster(num_ps=1, num_workers=1, rendezvous=False)
+    spec = dict(cluster.spec)
+    real, attempts = LocalCluster._start_once, []
+
+    def flaky(self):
+        attempts.append(1)
+        if len(attempts) == 1:  # what the task log shows when grpc's poller aborts
+            self._start_task("ps", 0, ["server", "--cluster-spec", "{}", "--job", "ps",
+                                       "--task-index", "0"])
+            raise launcher.ClusterError("ps:0 exited with -6 while starting:\n"
+                                        "ev_epoll1_linux.cc:... wakeup_fd_->ConsumeWakeup()")
+        return real(self)
+    monkeypatch.setattr(LocalCluster, "_start_once", flaky)
+    with cluster:
+        assert len(attempts) == 2 and cluster.spec == spec  # same ports
+        assert all(t.alive for t in cluster.tasks) and len(cluster.tasks) == 2
+    # Anything else that kills a task at start-up is not retried.
+    other = LocalCluster(num_ps=1, num_workers=1, rendezvous=False)
+    attempts.clear()
+    monkeypatch.setattr(LocalCluster, "_start_once",
+                        lambda self: attempts.append(1) or (_ for _ in ()).throw(
+                            launcher.ClusterError("ps:0 exited with 1: bad flag")))
+    with pytest.raises(launcher.ClusterError, match="bad flag"):
+        other.start()
+    assert len(attempts) == 1

@@ -70,7 +70,9 @@ def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
     schedule named."""
     transfers = violations = unlisted = skips = reordered = 0
     scheduled = 0
+    served: dict[tuple[int, str], int] = {}  # (step, worker) -> bytes over every PS
     for r in records:
+        served[(r.step_id, r.worker)] = served.get((r.step_id, r.worker), 0) + r.bytes
         n = len(r.order)
         transfers += n
         violations += r.violations
@@ -86,6 +88,8 @@ def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
         "skips": skips,
         "reordered": reordered,
         "matched": (scheduled - unlisted) / scheduled if scheduled else None,
+        # what the PSes really served a worker per step (the comm oracle assumes bytes)
+        "bytes_per_worker_step": statistics.median(served.values()) if served else None,
     }
 
 

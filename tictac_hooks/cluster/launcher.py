@@ -63,6 +63,13 @@ def _bind_failure(message: str) -> bool:
     return "Could not start gRPC server" in message or "already in use" in message
 
 
+def _transient_abort(message: str) -> bool:
+    """A task that died starting up on a gRPC-internal check, not on anything the
+    cluster asked of it: grpc's epoll poller aborts now and then when the machine is
+    loaded (``ev_epoll1_linux.cc ... ConsumeWakeup``); the same task starts on a retry."""
+    return "ConsumeWakeup" in message
+
+
 def repo_pythonpath() -> str:
     """PYTHONPATH that lets children import tictac_hooks and patches from this tree."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -231,7 +238,8 @@ class LocalCluster:
         """Starts every task and waits until each answers. On loopback, a task that
         could not bind its port (another process took it between the port pick and the
         bind) makes the whole cluster restart on fresh ports, up to 3 times; read
-        ``spec`` after ``start()``."""
+        ``spec`` after ``start()``. A task that dies starting up on a transient gRPC-
+        internal abort (:func:`_transient_abort`) makes it restart the same way."""
         if self.tasks:
             return self  # already started (``with LocalCluster(...)`` starts it)
         if self.log_dir is None:
@@ -244,11 +252,14 @@ class LocalCluster:
             try:
                 return self._start_once()
             except ClusterError as e:
-                if self.network is not None or attempt == 2 or not _bind_failure(str(e)):
+                transient = _transient_abort(str(e))
+                if attempt == 2 or not (transient or (self.network is None
+                                                      and _bind_failure(str(e)))):
                     self.close()
                     raise
                 self._stop_tasks()
-                self._pick_loopback_ports()
+                if not transient:
+                    self._pick_loopback_ports()
             except BaseException:
                 self.close()
                 raise
