@@ -80,6 +80,8 @@ def main() -> int:
                         "its bench-results markers) from these runs")
     p.add_argument("--steps", type=int, default=15, help="measured steps per schedule")
     p.add_argument("--block-steps", type=int, default=5)
+    p.add_argument("--schedules", default=None,
+                   help="passed to `tictac bench --schedules` (default: its own)")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     configs = SWEEP_CONFIGS if args.configs == "sweep" else args.configs.split(",")
@@ -95,6 +97,8 @@ def main() -> int:
                 "--block-steps", str(args.block_steps), "--json", path]
         if batch:
             argv += ["--batch", batch]
+        if args.schedules:
+            argv += ["--schedules", args.schedules]
         print(f"== {' '.join(argv[2:])}", file=sys.stderr, flush=True)
         rc = subprocess.run(argv, cwd=ROOT, timeout=3600).returncode
         if rc != 0:
