@@ -281,3 +281,17 @@ def test_readme_block_is_generated_between_its_markers():
     assert replace_readme_block(new, block) == new  # idempotent
     with pytest.raises(ValueError, match="no <!-- bench-results:begin -->"):
         replace_readme_block("# R\n", block)
+
+
+def test_gain_errors_compare_the_gains_over_the_gate_with_no_order():
+    from tictac_hooks.bench.report import gain_errors
+    result = _sweep_result()
+    run = result["runs"][0]
+    run["schedules"]["rendezvous"] = dict(run["schedules"]["none"])  # 1.0 s a step
+    run["predicted_step_s"]["scaled"]["rendezvous"] = 1.0
+    # tic measured 0.9 s (+11.1 %), simulated 0.92 s (+8.7 %)
+    ((name, measured, simulated),) = gain_errors([result], "scaled")
+    assert name == "tic"
+    assert measured == pytest.approx(100 * (1 / 0.9 - 1), rel=1e-3)
+    assert simulated == pytest.approx(100 * (1 / 0.92 - 1), rel=1e-6)
+    assert gain_errors([result], "overhead") == []  # no prediction for the gate there
