@@ -295,3 +295,14 @@ def test_gain_errors_compare_the_gains_over_the_gate_with_no_order():
     assert measured == pytest.approx(100 * (1 / 0.9 - 1), rel=1e-3)
     assert simulated == pytest.approx(100 * (1 / 0.92 - 1), rel=1e-6)
     assert gain_errors([result], "overhead") == []  # no prediction for the gate there
+
+
+def test_targets_compare_tictac_with_layer_order_per_run():
+    from tictac_hooks.bench.report import targets
+    result = _sweep_result()
+    for run, layer_step in zip(result["runs"], (0.8, 1.7)):  # tic 0.9 s and 1.6 s
+        run["schedules"]["layer"] = metrics.summarize(
+            [ClientStep("layer", layer_step, (layer_step,) * 2)] * 4, 4, 0.5, 0.5)
+    (line,) = [t for t in targets([result]) if "against layer order" in t]
+    assert "at least as fast on 1 of 2 runs (behind: resnet50/training/W2/P1 @ 200mbit" in line
+    assert ">= 3 % faster on 1 (resnet50/training/W2/P1 @ 50mbit +6.2 %)" in line

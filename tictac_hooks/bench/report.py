@@ -131,6 +131,22 @@ def targets(results: Sequence[dict]) -> list[str]:
                 line += f"straggler cut {join(st, '.2f', 'x')} (target >= 2.3x); "
             out.append(line + f"E {join(eff, '.2f')} (target >= 0.9)")
     head = []
+    versus_layer = []  # (best of TIC/TAC over layer order in %, run)
+    for result in results:
+        for run in result["runs"]:
+            sched = run["schedules"]
+            tictac = [sched[n]["throughput"] for n in TICTAC if n in sched]
+            if tictac and "layer" in sched and sched["layer"]["throughput"]:
+                versus_layer.append((100.0 * (max(tictac) / sched["layer"]["throughput"] - 1),
+                                     f"{result['config']['label']} @ {run['rate']}"))
+    if versus_layer:
+        ahead = [f"{label} {g:+.1f} %" for g, label in versus_layer if g >= 3.0]
+        behind = [f"{label} {g:+.1f} %" for g, label in versus_layer if g < 0.0]
+        head.append(f"- TIC/TAC (the faster) against layer order: at least as fast on "
+                    f"{len(versus_layer) - len(behind)} of {len(versus_layer)} runs"
+                    f"{' (behind: ' + ', '.join(behind) + ')' if behind else ''}; "
+                    f">= 3 % faster on {len(ahead)}"
+                    f"{' (' + ', '.join(ahead) + ')' if ahead else ''}")
     for mode, want in (("training", 20.0), ("inference", 40.0)):  # issue #11
         if best_gain[mode]:
             g, label, n = best_gain[mode]
