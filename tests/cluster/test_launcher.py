@@ -62,3 +62,21 @@ def test_a_transient_grpc_abort_at_start_up_is_retried_on_the_same_ports(monkeyp
     with pytest.raises(launcher.ClusterError, match="bad flag"):
         other.start()
     assert len(attempts) == 1
+
+
+def test_workers_can_be_pinned_to_one_cpu_each():
+    cpus = sorted(os.sched_getaffinity(0))
+    with LocalCluster(num_ps=1, num_workers=1, rendezvous=False,
+                      worker_cpus={0: cpus[-1]}) as cluster:
+        (worker,) = [t for t in cluster.tasks if t.job == "worker"]
+        (ps,) = [t for t in cluster.tasks if t.job == "ps"]
+        assert os.sched_getaffinity(worker.process.pid) == {cpus[-1]}
+        # every thread of it, the ones TensorFlow started too
+        threads = os.listdir(f"/proc/{worker.process.pid}/task")
+        assert len(threads) > 1
+        assert all(os.sched_getaffinity(int(t)) == {cpus[-1]} for t in threads)
+        assert os.sched_getaffinity(ps.process.pid) == set(cpus)
+    with pytest.raises(ValueError, match="worker_cpus"):
+        LocalCluster(num_ps=1, num_workers=1, worker_cpus={0: 10_000})
+    with pytest.raises(ValueError, match="worker_cpus"):
+        LocalCluster(num_ps=1, num_workers=1, worker_cpus={3: cpus[0]})

@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--loopback", action="store_true", help="do not shape: loopback only")
     p.add_argument("--backend", choices=("native", "proxy"), default="native",
                    help="where the gate runs at each PS (default native)")
+    p.add_argument("--pin-workers", action="store_true",
+                   help="run worker k on CPU k (mod the CPUs): the workers of a step do "
+                        "not share a core, as on a cluster of one machine per worker")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="bound on the run, seconds (default 1800)")
     p.set_defaults(func=_bench)
@@ -66,7 +69,8 @@ def _bench(args: argparse.Namespace) -> int:
                     steps=args.steps, block_steps=args.block_steps, warmup=args.warmup,
                     batch=args.batch, schedules=[s.strip() for s in args.schedules.split(",")
                                                  if s.strip()],
-                    loopback=args.loopback, timeout_s=args.timeout, backend=args.backend)
+                    loopback=args.loopback, timeout_s=args.timeout, backend=args.backend,
+                    pin_workers=args.pin_workers)
     if args.window_bytes is not None:
         settings["window_bytes"] = args.window_bytes
     if args.quick:

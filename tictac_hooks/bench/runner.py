@@ -52,6 +52,7 @@ class BenchConfig:
     timeout_s: float = 1800.0
     loopback: bool = False
     backend: str = "native"
+    pin_workers: bool = False  # worker k (of each set) on CPU k mod #CPUs
 
     def validate(self) -> None:
         workloads.model_key(self.model)
@@ -108,6 +109,16 @@ def machine_load() -> dict[str, Any]:
     return {"loadavg_1m": load[0], "loadavg_5m": load[1], "cpus": os.cpu_count()}
 
 
+def _worker_cpus(config: BenchConfig, w: int, total: int) -> dict[int, int] | None:
+    """With ``pin_workers``: worker k of each set (interposed, direct) on the k-th CPU
+    this process may use, so that the workers of a step do not share a core (one
+    machine per worker, as on a cluster; the PS and the client run anywhere)."""
+    if not config.pin_workers:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    return {i: cpus[(i % w) % len(cpus)] for i in range(total)}
+
+
 def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Runs one configuration (every bandwidth of it) and returns the result JSON."""
     from tictac_hooks.cluster import netns
@@ -159,7 +170,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
                     backend=config.backend,
                     direct_workers=direct_tasks, network=net, env=env,
                     skip_after_s=config.skip_timeout,
-                    window_bytes=config.window_bytes) as cluster:
+                    window_bytes=config.window_bytes,
+                    worker_cpus=_worker_cpus(config, w, total_workers)) as cluster:
                 say(f"[bench {config.label}] shaped network: {len(hosts)} namespaces "
                     f"({', '.join(hosts)}), PS {cluster.ps_addresses}")
                 result = _drive(cluster, cfg, tmp, config.timeout_s, net, say)
@@ -167,7 +179,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             with LocalCluster(num_ps=config.ps, num_workers=total_workers, rendezvous=True,
                               backend=config.backend, direct_workers=direct_tasks, env=env,
                               skip_after_s=config.skip_timeout,
-                              window_bytes=config.window_bytes) as cluster:
+                              window_bytes=config.window_bytes,
+                    worker_cpus=_worker_cpus(config, w, total_workers)) as cluster:
                 result = _drive(cluster, cfg, tmp, config.timeout_s, None, say)
     for run_ in result["runs"]:
         run_["rate"] = f"{run_['rate_bits'] / 1e6:.0f}mbit"

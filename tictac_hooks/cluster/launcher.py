@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.cluster import cleanup
@@ -68,6 +68,15 @@ def _transient_abort(message: str) -> bool:
     cluster asked of it: grpc's epoll poller aborts now and then when the machine is
     loaded (``ev_epoll1_linux.cc ... ConsumeWakeup``); the same task starts on a retry."""
     return "ConsumeWakeup" in message
+
+
+def _pinned(cpu: int) -> Callable[[], None]:
+    """preexec_fn: :func:`die_with_parent`, and only ``cpu`` for the child and every
+    thread it starts."""
+    def preexec() -> None:
+        die_with_parent()
+        os.sched_setaffinity(0, {cpu})
+    return preexec
 
 
 def repo_pythonpath() -> str:
@@ -153,7 +162,8 @@ class LocalCluster:
                  start_timeout_s: float = 120.0,
                  env: Mapping[str, str] | None = None, log_dir: str | None = None,
                  direct_workers: Sequence[int] = (),
-                 network: "ShapedNetwork | None" = None) -> None:
+                 network: "ShapedNetwork | None" = None,
+                 worker_cpus: Mapping[int, int] | None = None) -> None:
         if isinstance(rendezvous, bool):
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
@@ -184,6 +194,16 @@ class LocalCluster:
                 f"{network.address(self.host('ps', i))}:{PRIVATE_PORT}" if rv else addr
                 for i, (rv, addr) in enumerate(zip(self.rendezvous, self.spec["ps"]))]
         self.direct_workers = set(direct_workers)
+        # worker index -> the one CPU it may run on (e.g. to emulate one machine per
+        # worker on a shared host); the others run anywhere.
+        self.worker_cpus = dict(worker_cpus or {})
+        available = os.sched_getaffinity(0)
+        bad = {w: c for w, c in self.worker_cpus.items()
+               if c not in available or not 0 <= w < num_workers}
+        if bad:
+            raise ValueError(f"worker_cpus {bad}: each must map a worker index below "
+                             f"{num_workers} to a CPU this process may use "
+                             f"({sorted(available)})")
         self.skip_after_s = skip_after_s
         self.window_bytes = window_bytes
         self.start_timeout_s = start_timeout_s
@@ -310,8 +330,10 @@ class LocalCluster:
         log_path = os.path.join(self.log_dir, f"{job}{index}.log")
         log = open(log_path, "wb")
         argv = [sys.executable, "-m", "tictac_hooks.enforce.cli", *args]
+        cpu = self.worker_cpus.get(index) if job == "worker" else None
         popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                     env=self.child_env(), preexec_fn=die_with_parent)
+                     env=self.child_env(),
+                     preexec_fn=die_with_parent if cpu is None else _pinned(cpu))
         if self.network is None:
             host = None
         elif host is None:
