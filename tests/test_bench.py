@@ -306,3 +306,37 @@ def test_targets_compare_tictac_with_layer_order_per_run():
     (line,) = [t for t in targets([result]) if "against layer order" in t]
     assert "at least as fast on 1 of 2 runs (behind: resnet50/training/W2/P1 @ 200mbit" in line
     assert ">= 3 % faster on 1 (resnet50/training/W2/P1 @ 50mbit +6.2 %)" in line
+
+
+def test_comm_bytes_are_what_each_ps_served_a_worker_per_step():
+    from tictac_hooks.bench.client import served_bytes_per_ps
+    base = _gate_step(["a"], violations=0, skips=0, version=None)
+    recs = [dataclasses.replace(base, ps=ps, step_id=s, bytes=b)
+            for ps, s, b in (("p0", 1, 100), ("p0", 2, 120), ("p0", 3, 90), ("p1", 1, 40),
+                             ("p1", 2, 0))]  # a step with nothing served does not count
+    assert served_bytes_per_ps(recs, ["p0", "p1"]) == [100.0, 40.0]
+    assert served_bytes_per_ps(recs, ["p0", "p1", "p2"]) is None  # p2 recorded nothing
+
+
+def test_prediction_uses_the_bytes_the_ps_served_and_the_fair_share_of_the_link():
+    from tictac_hooks.bench.predict import OVERHEAD, SCALED, predictions, timed
+    from tictac_hooks.graph import Graph, Op, Schedule
+    g = Graph([Op("a", "recv", channel="ps:0", bytes=100), Op("b", "recv", channel="ps:0",
+                                                               bytes=300),
+               Op("x", "compute", ("a",)), Op("y", "compute", ("x", "b"))])
+    compute = {"x": 1.0, "y": 1.0}
+    t = timed(g, compute, 2.0, 100.0, served={"ps:0": 200.0})  # traced 400 B, served 200
+    assert [op.time for op in t.ops] == [0.5, 1.5, 2.0, 2.0]
+    order = Schedule.from_order("tic", ["a", "b"])
+    # 2 workers share the link: 800 B/s -> 400 B/s each; a 0.25 s, b 0.75 s after it.
+    steps = predictions({"tic": [(g, order)] * 2}, compute, 4.0, 8 * 800.0, workers=2, ps=1,
+                        served={"ps:0": 400.0})
+    # compute scaled to 4 s (2 s per op): x [0.25, 2.25], y [2.25, 4.25]
+    assert steps["tic"] == pytest.approx(4.25)
+    overhead = predictions({"tic": [(g, order)]}, compute, 4.0, 8 * 800.0, workers=2, ps=1,
+                           model=OVERHEAD, served={"ps:0": 400.0})
+    # ops at their traced 1 s (x [0.25, 1.25], y [1.25, 2.25]) + the 2 s untraced after
+    assert overhead["tic"] == pytest.approx(4.25)
+    with pytest.raises(ValueError, match="model must be"):
+        predictions({"tic": [(g, order)]}, compute, 4.0, 800.0, 1, 1, model="x")
+    assert SCALED != OVERHEAD

@@ -132,6 +132,19 @@ def settled_makespans(step: Any, count: int, most: int = 15, within: float = 0.0
     return times[-count:]
 
 
+def served_bytes_per_ps(records: Any, ps_addresses: list[str]) -> list[float] | None:
+    """Per PS (in task order), the median over (step, worker) of the bytes it served
+    that worker in that step; None when some PS recorded no step."""
+    import statistics
+    per_ps: dict[str, list[int]] = {}
+    for rec in records:
+        if rec.bytes > 0:
+            per_ps.setdefault(rec.ps, []).append(rec.bytes)
+    if any(a not in per_ps for a in ps_addresses):
+        return None
+    return [float(statistics.median(per_ps[a])) for a in ps_addresses]
+
+
 def _oracle(graphs: dict, compute: dict, late: set, num_ps: int) -> tuple[float, list[float]]:
     """Per-worker compute seconds (median over workers) and parameter bytes per PS per
     worker (max over workers), from the profiled DAGs."""
@@ -171,7 +184,7 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
 
 
 def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
-               rate_bits: float) -> dict[str, dict[str, float]]:
+               rate_bits: float, served: dict[str, float]) -> dict[str, dict[str, float]]:
     """The simulator's step seconds per model of the untraced compute (bench/predict.py)
     and schedule; TensorFlow's order (with and without the rendezvous) is the same DAGs
     with no order installed."""
@@ -185,7 +198,7 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
             orders[name] = [(g, None) for g, _ in dags]
     t0 = time.perf_counter()
     out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
-                              cfg["ps"], model=model) for model in MODELS}
+                              cfg["ps"], model=model, served=served) for model in MODELS}
     for model, steps in out.items():
         _progress(cfg, f"simulated step ms ({model} compute): "
                   + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))
@@ -219,8 +232,13 @@ def run(cfg: dict) -> dict:
     recv_names = {op.name for g in graphs.values() for op in g.recvs}
     traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, _median(fast))
-    # bytes: every variable read crosses the link once per worker and step.
-    bytes_per_ps = [max(a, b) for a, b in zip(traced_bytes, r.variable_bytes_per_ps())]
+    # bytes: what each PS really served a worker per step while profiling (the gates
+    # count every response). The trace's recv sizes count a tensor read over two edges
+    # twice (ResNet-50 training: 180 MiB per worker against 90 MiB served), which put
+    # every training comm/comp at twice its real value.
+    bytes_per_ps = served_bytes_per_ps(steps_everywhere(cfg["ps_addresses"]),
+                                       cfg["ps_addresses"]) or \
+        [max(a, b) for a, b in zip(traced_bytes, r.variable_bytes_per_ps())]
     _progress(cfg, f"profiled: compute {comp * 1e3:.0f} ms per worker step (trace op sum "
                    f"{traced_comp * 1e3:.0f} ms), parameters pulled per worker "
                    f"{sum(bytes_per_ps) / 2**20:.1f} MiB over {cfg['ps']} PS")
@@ -237,7 +255,8 @@ def run(cfg: dict) -> dict:
         _progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
                        f"comm/comp {comm / comp:.2f}")
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
-        predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits)
+        predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits,
+                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)})
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}

@@ -34,13 +34,21 @@ SEEDS = 8
 
 
 def timed(graph: Graph, compute: Mapping[str, float], compute_scale: float,
-          channel_bytes_per_s: float) -> Graph:
+          channel_bytes_per_s: float, served: Mapping[str, float] | None = None) -> Graph:
     """``graph`` with the benchmark's time oracle: traced op times x ``compute_scale``,
-    recv bytes / ``channel_bytes_per_s`` (a recv of unknown size: no time)."""
+    recv bytes / ``channel_bytes_per_s`` (a recv of unknown size: no time). ``served``
+    (channel -> bytes the PS really served a worker per step) rescales each channel's
+    traced sizes to that total: the trace counts a tensor read over two edges twice."""
     if channel_bytes_per_s <= 0:
         raise ValueError(f"channel rate must be > 0 bytes/s, got {channel_bytes_per_s}")
+    traced: dict[str, float] = {}
+    for op in graph.recvs:
+        traced[op.channel] = traced.get(op.channel, 0.0) + (op.bytes or 0)
+    scale = {c: served[c] / t if served and c in served and t > 0 else 1.0
+             for c, t in traced.items()}
     times = {op.name: compute.get(op.name, 0.0) * compute_scale for op in graph.compute_ops}
-    times.update({op.name: (op.bytes or 0) / channel_bytes_per_s for op in graph.recvs})
+    times.update({op.name: (op.bytes or 0) * scale[op.channel] / channel_bytes_per_s
+                  for op in graph.recvs})
     return graph.with_times(times)
 
 
@@ -61,7 +69,8 @@ MODELS = (SCALED, OVERHEAD)
 def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
                 compute: Mapping[str, float], compute_s: float, rate_bits: float,
                 workers: int, ps: int, seeds: int = SEEDS,
-                model: str = SCALED) -> dict[str, float]:
+                model: str = SCALED,
+                served: Mapping[str, float] | None = None) -> dict[str, float]:
     """Predicted step seconds per order name. ``orders``: name -> per worker (DAG as
     scheduled, order; None for TensorFlow's); ``compute_s``: the measured compute of a
     worker step. The part of it the trace's op times do not hold goes, by ``model``:
@@ -77,5 +86,5 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
         scale = compute_s / traced if traced > 0 and model == SCALED else 1.0
         extra = max(0.0, compute_s - traced) if model == OVERHEAD else 0.0
         out[name] = extra + predicted_step(
-            [(timed(g, compute, scale, share), s) for g, s in parts], seeds)
+            [(timed(g, compute, scale, share, served), s) for g, s in parts], seeds)
     return out
