@@ -120,7 +120,7 @@ def test_config_validation_and_rates():
         {"kind": "ratio", "value": 1.0, "spec": "auto"},
         {"kind": "ratio", "value": 2.0, "spec": "auto:2"},
         {"kind": "rate", "value": 500_000_000, "spec": "500mbit"}]
-    BenchConfig(schedules=["none", "tic", "tic-fifo"]).validate()  # the policy A/B
+    BenchConfig(schedules=["none", "tic", "tic-fifo", "tic-aligned", "tic-nopace"]).validate()
     for bad in (dict(model="alexnet"), dict(workers=0), dict(schedules=["tic", "fifo"]),
                 dict(schedules=["none-fifo"]),
                 dict(bandwidth=["auto:x"]), dict(mode="eval")):

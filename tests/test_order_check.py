@@ -93,3 +93,18 @@ def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
                          + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2)
     r = decide(slow, plan, "tic")
     assert r["decision"] == order_check.DEFAULT and r["chosen"] is None
+
+
+def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():
+    from tictac_hooks.callbacks.controller import Controller, Settings
+    def align(training, **kw):
+        return Controller(["127.0.0.1:1"], Settings.resolve(**kw), training=training).align
+    assert align(True) is False and align(False) is True  # auto
+    assert align(True, align="on") is True and align(False, align="off") is False
+    with pytest.raises(ValueError, match="align must be one of auto, on, off"):
+        Settings.resolve(align="yes")
+    from tictac_hooks import TicTac, TicTacHook
+    with pytest.raises(ValueError, match="align must be one of"):
+        TicTac(align="sideways")
+    with pytest.raises(ValueError, match="training must be True or False"):
+        TicTacHook(training="yes")

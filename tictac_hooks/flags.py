@@ -15,6 +15,7 @@ from absl import flags
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S
 
 ALGORITHM_CHOICES = ("tic", "tac", "none")
+ALIGN_CHOICES = ("auto", "on", "off")
 
 DEFAULTS: dict[str, Any] = {
     "algorithm": "tic",
@@ -26,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "check_rounds": 3,
     "check_block_steps": 20,
     "recheck_every": 5000,
+    "align": "auto",
 }
 
 flags.DEFINE_enum(
@@ -72,6 +74,13 @@ flags.DEFINE_integer(
     "Run the order check again this many dispatched steps after each decision, so a "
     "job whose best order changes (other load, another phase of training) follows it "
     "(default 5000; 0: check once).", lower_bound=0)
+flags.DEFINE_enum(
+    "tictac_align", DEFAULTS["align"], list(ALIGN_CHOICES),
+    "How a PS shares its link among the workers of one step while it paces: on, each "
+    "worker gets its k-th transfer before any gets its (k+1)-th (fewer stragglers); off, "
+    "one worker after the other, which staggers their pulls, compute and gradient pushes "
+    "(faster training when workers push while others still pull); auto (default): off "
+    "for training, on for evaluate and predict.")
 flags.DEFINE_integer(
     "tictac_stats_every", DEFAULTS["stats_every"],
     "Read step statistics from the parameter servers every N epochs (default 1).",
@@ -87,6 +96,12 @@ def setting(name: str, value: Any) -> Any:
     if flag_values.is_parsed() and ("tictac_" + name) in flag_values:
         return flag_values["tictac_" + name].value
     return DEFAULTS[name]
+
+
+def check_align(align: str) -> str:
+    if align not in ALIGN_CHOICES:
+        raise ValueError(f"align must be one of {', '.join(ALIGN_CHOICES)}, got {align!r}")
+    return align
 
 
 def check_algorithm(algorithm: str) -> str:

@@ -37,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-worker batch (default: the model's, see workloads.MODELS)")
     p.add_argument("--schedules", default=",".join(SCHEDULES),
                    help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all), "
-                        f"and of {','.join(OPTIONAL)} (an order with the native gate's "
-                        "pacing first come, first served among workers, not aligned; or "
-                        "with no pacing)")
+                        f"and of {','.join(OPTIONAL)} (an order whose native-gate pacing "
+                        "aligns the workers of a step, serves them one after the other, "
+                        "or is off; plain names pace as TicTac does by default)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")

@@ -25,16 +25,17 @@ DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvou
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
 ALGORITHMS = ("tic", "tac", "random", "layer")
 SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
-# On request, to compare the native gate's policies (gate.h) in one run: an order with
-# pacing first come, first served among destinations instead of aligned ("tic-fifo"),
-# or with no pacing at all ("tic-nopace": each transfer handed to gRPC when its turn
-# comes, however many are on the wire).
-FIFO, NOPACE = "-fifo", "-nopace"
-OPTIONAL = tuple(a + v for v in (FIFO, NOPACE) for a in ALGORITHMS)
+# On request, to compare the native gate's policies (gate.h) in one run. A plain name
+# ("tic") paces as TicTac does by default (align "auto": the workers of a step one after
+# the other in training, aligned in inference); "tic-aligned" aligns them, "tic-fifo"
+# serves them one after the other, whatever the mode; "tic-nopace" does not pace (each
+# transfer handed to gRPC when its turn comes, however many are on the wire).
+ALIGNED, FIFO, NOPACE = "-aligned", "-fifo", "-nopace"
+OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE) for a in ALGORITHMS)
 
 
 def _algorithm(name: str) -> str:
-    return name.removesuffix(FIFO).removesuffix(NOPACE)
+    return name.removesuffix(ALIGNED).removesuffix(FIFO).removesuffix(NOPACE)
 
 
 def _progress(cfg: dict, message: str) -> None:
@@ -172,8 +173,10 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
                             skip_timeout=cfg["skip_timeout"], stats_every=1,
                             window_bytes=cfg["window_bytes"],
                             check_rounds=0)  # the bench compares the orders itself
-        controller = Controller(cfg["ps_addresses"], settings, install=True)
-        controller.align = not name.endswith(FIFO)
+        controller = Controller(cfg["ps_addresses"], settings, install=True,
+                                training=cfg["mode"] == "training")
+        if name.endswith((ALIGNED, FIFO)):
+            controller.align = name.endswith(ALIGNED)
         controller.connect()
         controller.switch(graphs, compute_times=compute, bandwidth=rate_bits / 8.0, late=late)
         if name.endswith(NOPACE):

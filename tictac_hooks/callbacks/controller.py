@@ -54,6 +54,7 @@ class Settings:
     check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]          # 0: no order check
     check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
     recheck_every: int = tictac_flags.DEFAULTS["recheck_every"]        # 0: check once
+    align: str = tictac_flags.DEFAULTS["align"]                        # auto / on / off
 
     @classmethod
     def resolve(cls, algorithm: str | None = None, profile_steps: int | None = None,
@@ -61,7 +62,7 @@ class Settings:
                 stats_every: int | None = None,
                 window_bytes: int | None = None, check_rounds: int | None = None,
                 check_block_steps: int | None = None,
-                recheck_every: int | None = None) -> "Settings":
+                recheck_every: int | None = None, align: str | None = None) -> "Settings":
         setting = tictac_flags.setting
         return cls(**cls.check(algorithm=setting("algorithm", algorithm),
                                profile_steps=setting("profile_steps", profile_steps),
@@ -72,7 +73,8 @@ class Settings:
                                check_rounds=setting("check_rounds", check_rounds),
                                check_block_steps=setting("check_block_steps",
                                                          check_block_steps),
-                               recheck_every=setting("recheck_every", recheck_every)))
+                               recheck_every=setting("recheck_every", recheck_every),
+                               align=setting("align", align)))
 
     @staticmethod
     def check(**values: Any) -> dict[str, Any]:
@@ -90,6 +92,7 @@ class Settings:
             "check_rounds": lambda v: checks.whole_number("check_rounds", v, 0),
             "check_block_steps": lambda v: checks.whole_number("check_block_steps", v, 2),
             "recheck_every": lambda v: checks.whole_number("recheck_every", v, 0),
+            "align": tictac_flags.check_align,
         }
         return {name: None if value is None else checkers[name](value)
                 for name, value in values.items()}
@@ -143,7 +146,8 @@ class Controller:
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
                  install: bool = True, destination_jobs: Sequence[str] = ("worker",),
                  check: "order_check.CheckPlan | None" = None,
-                 join: "Callable[[], None] | None" = None, verbose: bool = True) -> None:
+                 join: "Callable[[], None] | None" = None, verbose: bool = True,
+                 training: bool = True) -> None:
         self.ps_addresses = list(ps_addresses)
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
         # the settings' (argument, else --tictac_check_* flag, else built-in default).
@@ -165,8 +169,12 @@ class Controller:
         self.verbose = verbose
         # Bytes/s of a PS's link for the native gate's pacing (gate.h); None: off.
         self.pace_rate: float | None = None
-        # Aligned pacing at the native gate (gate.h); None: the PS's setting (on).
-        self.align: bool | None = None
+        # How the native gate's pacing shares a PS link among the workers of one step
+        # (gate.h): aligned (k-th transfer to every worker before any (k+1)-th) or one
+        # worker after the other; "auto": the latter for training, where staggered
+        # workers push gradients while others still pull (measured in benchmarks/RESULTS.md).
+        self.align: bool | None = {"on": True, "off": False}.get(settings.align,
+                                                                 not training)
         self.destination_jobs = tuple(destination_jobs)
         self.settings = settings
         self.installs = install

@@ -45,6 +45,9 @@ class TicTacLoop:
       check_rounds, check_block_steps, recheck_every: the order check, as for
         :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
         ``--tictac_check_block_steps``, 20; ``--tictac_recheck_every``, 5000).
+      align: as for :class:`tictac_hooks.TicTac` (``--tictac_align``); with "auto" (the
+        default) it follows ``training``.
+      training: whether the steps train (default True); False for an inference loop.
 
     Example (Keras 3; no ``TF_USE_LEGACY_KERAS`` needed in a custom loop):
       ```python
@@ -69,7 +72,8 @@ class TicTacLoop:
                  batch_size: int = 32, bandwidth: float | None = None,
                  window_bytes: int | None = None, check_rounds: int | None = None,
                  check_block_steps: int | None = None,
-                 recheck_every: int | None = None) -> None:
+                 recheck_every: int | None = None, align: str | None = None,
+                 training: bool = True) -> None:
         if not hasattr(step_function, "_list_all_concrete_functions"):
             raise TicTacSetupError(
                 "step_function must be the tf.function the loop passes to "
@@ -86,7 +90,10 @@ class TicTacLoop:
                                          window_bytes=window_bytes,
                                          check_rounds=check_rounds,
                                          check_block_steps=check_block_steps,
-                                         recheck_every=recheck_every)
+                                         recheck_every=recheck_every, align=align)
+        if not isinstance(training, bool):
+            raise ValueError(f"training must be True or False, got {training!r}")
+        self.training = training
         if self.settings.algorithm == "tac" and model is None:
             raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
                                    "measure compute times; or use algorithm='tic'")
@@ -110,7 +117,7 @@ class TicTacLoop:
         """Connects to every PS's gate (clear error if one has none)."""
         self._driver = StepDriver(self._ps_addresses(), self.settings,
                                   find_dag=self._find_dag, join=self.coordinator.join,
-                                  poll_every=POLL_EVERY_STEPS)
+                                  poll_every=POLL_EVERY_STEPS, training=self.training)
         self.controller = self._driver.controller
         self._driver.start()
 

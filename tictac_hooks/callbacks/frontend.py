@@ -55,14 +55,16 @@ class StepDriver:
       destination_jobs: the jobs whose steps are scheduled and reported.
       poll_every: read step records every this many steps (None: only on
         :meth:`epoch_end` and at the end).
+      training: whether the steps train (the ``align`` setting's "auto" picks by it).
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
                  find_dag: Callable[[], StepDAG], join: Callable[[], None] | None = None,
                  install: bool = True, destination_jobs: Sequence[str] = ("worker",),
-                 poll_every: int | None = None) -> None:
+                 poll_every: int | None = None, training: bool = True) -> None:
         self.controller = Controller(ps_addresses, settings, install=install,
-                                     destination_jobs=destination_jobs, join=join)
+                                     destination_jobs=destination_jobs, join=join,
+                                     training=training)
         self.settings = settings
         self._find_dag = find_dag
         self._join = join

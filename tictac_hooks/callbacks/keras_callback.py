@@ -75,6 +75,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         ``--tictac_check_block_steps``).
       recheck_every: run the check again this many steps after each decision, >= 0
         (default 5000, ``--tictac_recheck_every``; 0: check once).
+      align: how a PS shares its link among the workers of one step (``--tictac_align``):
+        "on", each gets its k-th transfer before any its (k+1)-th; "off", one after the
+        other; "auto" (default): off for fit, on for evaluate and predict.
 
     Example:
       ```python
@@ -100,12 +103,12 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                  stats_every: int | None = None, window_bytes: int | None = None,
                  check_rounds: int | None = None,
                  check_block_steps: int | None = None,
-                 recheck_every: int | None = None) -> None:
+                 recheck_every: int | None = None, align: str | None = None) -> None:
         Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
                        skip_timeout=skip_timeout, stats_every=stats_every,
                        window_bytes=window_bytes, check_rounds=check_rounds,
                        check_block_steps=check_block_steps,
-                       recheck_every=recheck_every)
+                       recheck_every=recheck_every, align=align)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
         if not isinstance(measure_compute, bool):
@@ -122,6 +125,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.check_rounds = check_rounds
         self.check_block_steps = check_block_steps
         self.recheck_every = recheck_every
+        self.align = align
         self.controller: Controller | None = None   # of the current / last run
         self.summary: dict[str, Any] | None = None  # of the last finished run
         self._driver: StepDriver | None = None       # of the current run
@@ -178,14 +182,14 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                                     self.skip_timeout, self.stats_every,
                                     self.window_bytes, self.check_rounds,
                                     self.check_block_steps,
-                                    recheck_every=self.recheck_every)
+                                    recheck_every=self.recheck_every, align=self.align)
         if settings.log_dir and mode != "train":
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers).
         jobs = ("chief",) if mode == "predict" else ("worker",)
         driver = StepDriver(self._ps_addresses(), settings,
                             find_dag=lambda: self._find_dag(mode), join=self._join,
-                            destination_jobs=jobs)
+                            destination_jobs=jobs, training=mode == "train")
         self.controller = driver.controller
         driver.start()
         self._driver, self._mode = driver, mode

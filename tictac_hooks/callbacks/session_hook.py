@@ -59,6 +59,9 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
       check_rounds, check_block_steps, recheck_every: the order check, as for
         :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
         ``--tictac_check_block_steps``, 20; ``--tictac_recheck_every``, 5000).
+      align: as for :class:`tictac_hooks.TicTac` (``--tictac_align``); with "auto" (the
+        default) it follows ``training``.
+      training: whether the steps train (default True); False for an inference loop.
 
     Example:
       ```python
@@ -85,11 +88,14 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                  poll_every: int = 50, window_bytes: int | None = None,
                  check_rounds: int | None = None,
                  check_block_steps: int | None = None,
-                 recheck_every: int | None = None) -> None:
+                 recheck_every: int | None = None, align: str | None = None,
+                 training: bool = True) -> None:
         Settings.check(algorithm=algorithm, profile_steps=profile_steps, log_dir=log_dir,
                        skip_timeout=skip_timeout, window_bytes=window_bytes,
                        check_rounds=check_rounds, check_block_steps=check_block_steps,
-                       recheck_every=recheck_every)
+                       recheck_every=recheck_every, align=align)
+        if not isinstance(training, bool):
+            raise ValueError(f"training must be True or False, got {training!r}")
         checks.whole_number("poll_every", poll_every, 1)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
@@ -116,6 +122,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         self.check_rounds = check_rounds
         self.check_block_steps = check_block_steps
         self.recheck_every = recheck_every
+        self.align = align
+        self.training = training
         self.controller: Controller | None = None
         self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None
@@ -128,9 +136,10 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                                     self.skip_timeout, window_bytes=self.window_bytes,
                                     check_rounds=self.check_rounds,
                                     check_block_steps=self.check_block_steps,
-                                    recheck_every=self.recheck_every)
+                                    recheck_every=self.recheck_every, align=self.align)
         self._driver = StepDriver(self._ps_addresses(), settings, find_dag=self._find_dag,
-                                  install=self._chief(), poll_every=self.poll_every)
+                                  install=self._chief(), poll_every=self.poll_every,
+                                  training=self.training)
         self.controller = self._driver.controller
         self._driver.start()
         self._traced = []

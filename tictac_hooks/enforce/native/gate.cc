@@ -336,7 +336,7 @@ bool Gate::Paced() {
   return true;
 }
 
-void Gate::ServeAligned(Runs* runs) {
+void Gate::ServePaced(Runs* runs) {
   while (!Paced()) {
     Channel* best = nullptr;
     int64_t best_seq = 0;
@@ -345,7 +345,7 @@ void Gate::ServeAligned(Runs* runs) {
       for (auto& [dest, ch] : chans) {
         if (ch->waiters.empty() || ch->waiters.front()->priority > ch->counter) continue;
         if (best == nullptr || seq < best_seq ||
-            (seq == best_seq && ch->counter < best->counter)) {
+            (seq == best_seq && opt_.align && ch->counter < best->counter)) {
           best = ch.get();
           best_seq = seq;
         }
@@ -362,7 +362,7 @@ void Gate::ServeAligned(Runs* runs) {
 
 void Gate::OnPace(Runs* runs) {
   pace_deadline_ = 0;
-  if (Aligned()) ServeAligned(runs);
+  if (Pacing()) ServePaced(runs);
   for (auto& [step, chans] : steps_)
     for (auto& [dest, ch] : chans)
       if (!ch->waiters.empty()) Pump(ch.get(), runs);
@@ -440,10 +440,10 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
       t->hand_back = std::move(hand_back);
       if (t->state == State::kListed && ch->done.count(t->name))
         t->state = State::kLate;  // skipped while its response was being produced
-      // Aligned pacing: a transfer whose turn came waits in line with those of other
-      // destinations, and ServeAligned (in Pump) picks which goes.
+      // Pacing: a transfer whose turn came waits in line with those of other
+      // destinations, and ServePaced (in Pump) picks which goes.
       if (t->state != State::kListed || !error.empty() ||
-          (t->priority <= ch->counter && !Aligned() && !Paced())) {
+          (t->priority <= ch->counter && !Pacing() && !Paced())) {
         HandBackNow(ch, t, &runs);
       } else {
         t->seq = next_seq_++;
@@ -589,8 +589,8 @@ void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
 void Gate::Pump(Channel* ch, Runs* runs) {
   const int before = ch->counter;
   while (true) {
-    if (Aligned()) ServeAligned(runs);
-    while (!Aligned() && !ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter &&
+    if (Pacing()) ServePaced(runs);
+    while (!Pacing() && !ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter &&
            !Paced()) {
       std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
       TicketPtr t = ch->waiters.back();

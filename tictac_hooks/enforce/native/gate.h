@@ -14,11 +14,13 @@
 // bytes it handed back, drained at pace_rate (the PS's link rate), and hands the next
 // listed transfer whose turn came only while that backlog is at most pace_window
 // bytes: enough to keep the link busy, little enough that the wire keeps the order.
-// Aligned pacing (align, the default): when the link has room, the transfer handed back
-// is the one whose turn came in the oldest step and, within a step, on the destination
-// that has had the fewest handed back, so that in a step shared by several workers (in-
-// graph replication) every worker gets its k-th transfer before any gets its (k+1)-th;
-// without it the first destination in map order took the link whenever it had room.
+// Which waiting transfer goes when the link has room: the one whose turn came in the
+// oldest active step; within a step (several workers share one step id in in-graph
+// replication), with align on (the default) the destination that has had the fewest
+// handed back, so every worker gets its k-th transfer before any gets its (k+1)-th;
+// with align off the first destination by device name, so the destinations are served
+// one after the other (their pulls, and so their compute and gradient pushes, are
+// staggered).
 // Never waits forever: when the counter stands still for skip_after_s while a later
 // transfer waits, the transfer it waits for is skipped ("slow" if its request came,
 // "timeout" if not); one skipped for not coming in presume_absent_after consecutive
@@ -56,7 +58,7 @@ struct Options {
   size_t max_served_names = 100000;
   double pace_rate = 0;             // bytes/s of the PS's link; 0: no pacing
   int64_t pace_window = 256 << 10;  // backlog (bytes) up to which the next one goes
-  bool align = true;                // pacing serves the furthest-behind destination first
+  bool align = true;                // within a step, the furthest-behind destination first
 };
 
 // One schedule entry: transfer name and its global priority.
@@ -135,8 +137,8 @@ class Gate {
   double Backlog(double steady_now);  // drains the virtual queue to now; its bytes
   bool Paced();                       // the backlog holds the next transfer back
   void OnPace(Runs* runs);
-  bool Aligned() const { return opt_.pace_rate > 0 && opt_.align; }
-  void ServeAligned(Runs* runs);      // hands back, while the link has room, gate-wide
+  bool Pacing() const { return opt_.pace_rate > 0; }
+  void ServePaced(Runs* runs);        // hands back, while the link has room, gate-wide
   void Finish(Channel* ch, Runs* runs);
   std::string SummaryLocked();
   void TimerLoop();
