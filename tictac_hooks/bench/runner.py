@@ -75,7 +75,8 @@ class BenchConfig:
 
     @property
     def label(self) -> str:
-        return f"{workloads.model_key(self.model)}/{self.mode}/W{self.workers}/P{self.ps}"
+        pinned = "/pinned" if self.pin_workers else ""
+        return f"{workloads.model_key(self.model)}/{self.mode}/W{self.workers}/P{self.ps}{pinned}"
 
 
 PROFILE_RATE = "100gbit"
