@@ -182,10 +182,15 @@ def _models(rows: Sequence[dict]) -> list[str]:
     return sorted({k[:-6] for r in rows for k in r if k.endswith("_error")})
 
 
+def _abs_errors(rows: Sequence[dict], model: str) -> list[float]:
+    """|relative error| of ``model``'s predictions over ``rows``, ascending."""
+    return sorted(abs(r[model + "_error"]) for r in rows if model + "_error" in r)
+
+
 def best_model(rows: Sequence[dict]) -> str | None:
     """The model of the untraced compute with the smallest median |error| over ``rows``."""
     def median_abs(model: str) -> float:
-        errors = sorted(abs(r[model + "_error"]) for r in rows if model + "_error" in r)
+        errors = _abs_errors(rows, model)
         return errors[len(errors) // 2]
     models = _models(rows)
     return min(models, key=median_abs) if models else None
@@ -243,7 +248,7 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
                    f"{r['measured'] * 1e3:.0f} | " + " | ".join(cells) + " |")
     out.append("")
     for m in models:
-        errors = sorted(abs(r[m + "_error"]) for r in rows if m + "_error" in r)
+        errors = _abs_errors(rows, m)
         agree, total = ranking_agreement(rows, m)
         gains = gain_errors(results, m)
         off = sorted(abs(s - g) for _, g, s in gains)

@@ -225,9 +225,9 @@ class NativeClient(GateClient):
         turns on pacing: the next transfer is handed to gRPC only while the bytes handed
         back and not yet drained at that rate are at most ``window_bytes`` (gate.h,
         "Pacing"). Without pacing the next transfer goes the moment its turn comes.
-        ``align`` (default: the PS's, on) picks among destinations whose turn came while
-        pacing: the furthest behind first (gate.h, "Aligned pacing"); False: first come,
-        first served."""
+        ``align`` (default: the PS's, on) picks among the destinations of a step whose
+        turn came while pacing: True, the furthest behind first; False, one destination
+        after the other (gate.h, "Which waiting transfer goes")."""
         if window_bytes is not None:
             check_window(window_bytes)
         if skip_after_s is not None:

@@ -140,8 +140,8 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
         pace_window = static_cast<int64_t>(d);
       } else if (k == "align") {
         if (v != "0" && v != "1") {
-          *reply = "align must be 1 (aligned pacing) or 0 (first come, first served), got '" +
-                   v + "'";
+          *reply = "align must be 1 (aligned pacing) or 0 (the destinations of a step one "
+                   "after the other), got '" + v + "'";
           return false;
         }
         align = v == "1";

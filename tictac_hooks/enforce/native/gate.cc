@@ -352,12 +352,16 @@ void Gate::ServePaced(Runs* runs) {
       }
     }
     if (best == nullptr) return;
-    std::pop_heap(best->waiters.begin(), best->waiters.end(), HeapLess);
-    TicketPtr t = best->waiters.back();
-    best->waiters.pop_back();
-    if (t->state == State::kListed && best->done.count(t->name)) t->state = State::kLate;
-    HandBackNow(best, t, runs);
+    HandBackFront(best, runs);
   }
+}
+
+void Gate::HandBackFront(Channel* ch, Runs* runs) {
+  std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
+  TicketPtr t = ch->waiters.back();
+  ch->waiters.pop_back();
+  if (t->state == State::kListed && ch->done.count(t->name)) t->state = State::kLate;
+  HandBackNow(ch, t, runs);
 }
 
 void Gate::OnPace(Runs* runs) {
@@ -443,7 +447,7 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
       // Pacing: a transfer whose turn came waits in line with those of other
       // destinations, and ServePaced (in Pump) picks which goes.
       if (t->state != State::kListed || !error.empty() ||
-          (t->priority <= ch->counter && !Pacing() && !Paced())) {
+          (t->priority <= ch->counter && !Pacing())) {
         HandBackNow(ch, t, &runs);
       } else {
         t->seq = next_seq_++;
@@ -589,14 +593,11 @@ void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
 void Gate::Pump(Channel* ch, Runs* runs) {
   const int before = ch->counter;
   while (true) {
-    if (Pacing()) ServePaced(runs);
-    while (!Pacing() && !ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter &&
-           !Paced()) {
-      std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
-      TicketPtr t = ch->waiters.back();
-      ch->waiters.pop_back();
-      if (t->state == State::kListed && ch->done.count(t->name)) t->state = State::kLate;
-      HandBackNow(ch, t, runs);
+    if (Pacing()) {
+      ServePaced(runs);
+    } else {
+      while (!ch->waiters.empty() && ch->waiters.front()->priority <= ch->counter)
+        HandBackFront(ch, runs);
     }
     if (ch->waiters.empty() || !opt_.presume_absent_after) break;
     const std::string* blocker = ch->NextMissing();

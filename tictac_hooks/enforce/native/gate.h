@@ -109,7 +109,7 @@ class Gate {
   // Sets the skip bound (if > 0) and the presume-absent count (if >= 0); false with
   // *error for a bound that is not finite.
   // pace_rate >= 0 (bytes/s, 0: off) and pace_window >= 0 (bytes) when not negative.
-  // align: 1 aligned pacing, 0 first come first served among destinations, -1 unchanged.
+  // align: 1 aligned, 0 the destinations of a step one after the other, -1 unchanged.
   bool Configure(double skip_after_s, int presume_absent_after, std::string* error,
                  double pace_rate = -1, int64_t pace_window = -1, int align = -1);
 
@@ -130,6 +130,7 @@ class Gate {
   Channel* GetChannel(int64_t step_id, const std::string& dest, double now, Runs* runs);
   std::shared_ptr<Installed> View(int64_t step_id, const std::string& dest);
   void HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs);
+  void HandBackFront(Channel* ch, Runs* runs);  // the first of ch's waiters, now
   void Skip(Channel* ch, const std::string& name, const char* reason);
   void Pump(Channel* ch, Runs* runs);
   void Arm(Channel* ch);
