@@ -18,8 +18,17 @@ The client runs in a namespace of its own.
 Without root / tc it falls back to loopback and says so (the numbers then measure CPU
 cost, not a shaped link).
 
+--relaunch N measures step 3 another way, for fast links where the PS's plain twin and
+the second worker share the 2 cores with what is measured (at 10 Gbit/s the twin's step
+time swung 30 % between runs): N rounds, each launching a 1-PS 1-worker cluster three
+times in a rotating order, with a plain PS, the gated PS and a plain PS again (an A/A
+control: what two launches of the same thing differ by). PS and worker are pinned to
+one core each (--no-pin: not). Per round, gate / plain and plain again / plain, each
+the ratio of the launches' median step times; the medians of those ratios with their
+bootstrap 95 % intervals.
+
   sudo .venv/bin/python benchmarks/bench_shaped_overhead.py [--rate 1gbit]
-      [--latency-ms 0] [--blocks 6] [--block-steps 4]
+      [--latency-ms 0] [--blocks 6] [--block-steps 4] [--relaunch 6 --relaunch-steps 40]
 """
 
 from __future__ import annotations
@@ -118,8 +127,114 @@ def client(cfg: dict) -> dict:
     return out
 
 
-def run_client(cluster: LocalCluster, cfg: dict, host: str | None, timeout_s: float) -> dict:
-    argv = [sys.executable, os.path.abspath(__file__), "--client", json.dumps(cfg)]
+def step_client(cfg: dict) -> dict:
+    """Runs in the client namespace (--relaunch): the step times of one launch."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, HERE)
+    import tensorflow as tf
+    from bench_rendezvous import comm_heavy_model  # also disables eager execution
+
+    from tictac_hooks.enforce.client import connect
+
+    g, init, train = comm_heavy_model(0, cfg["num_vars"], cfg["var_mib"])
+    with tf.compat.v1.Session("grpc://" + cfg["worker"], graph=g) as s:
+        s.run(init)
+        for _ in range(cfg["warmup"]):
+            s.run(train)
+        steps = []
+        for _ in range(cfg["steps"]):
+            t = time.perf_counter()
+            s.run(train)
+            steps.append(time.perf_counter() - t)
+    out = {"step_seconds": steps}
+    if cfg["gated"]:  # proof that the steps went through the gate
+        out["gated_steps"] = len(connect(cfg["ps"]).stats()["steps"])
+    return out
+
+
+# A/A control: a second launch of a plain PS in every round.
+KINDS = ("plain", "gate", "plain again")
+
+
+def rotations(rounds: int):
+    """Launch order per round: each kind once, the order rotating (balances drift)."""
+    for i in range(rounds):
+        k = i % len(KINDS)
+        yield KINDS[k:] + KINDS[:k]
+
+
+def relaunch(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[list[float]]]:
+    """Step times per kind and round, each round's launches in rotating order."""
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = (dict(ps_cpus={0: cpus[0]}, worker_cpus={0: cpus[-1]})
+           if args.pin and len(cpus) >= 2 else {})
+    out: dict[str, list[list[float]]] = {k: [] for k in KINDS}
+    for r, order in enumerate(rotations(args.relaunch)):
+        for kind in order:
+            with LocalCluster(num_ps=1, num_workers=1, rendezvous=[kind == "gate"],
+                              network=net, backend=args.backend, **pin) as c:
+                run = dict(cfg, worker=c.worker_addresses[0], ps=c.ps_addresses[0],
+                           gated=kind == "gate", steps=args.relaunch_steps)
+                result = run_client(c, run, "client" if net else None, args.timeout,
+                                    flag="--step-client")
+            if kind == "gate" and result["gated_steps"] < args.relaunch_steps:
+                raise SystemExit(f"the gate saw {result['gated_steps']} steps of "
+                                 f"{args.relaunch_steps}: the worker bypassed it")
+            out[kind].append(result["step_seconds"])
+            print(f"round {r + 1}/{args.relaunch} {kind}: median "
+                  f"{statistics.median(result['step_seconds']) * 1e3:.1f} ms",
+                  file=sys.stderr, flush=True)
+    return out
+
+
+def relaunch_ratios(steps: dict[str, list[list[float]]]) -> dict[str, list[float]]:
+    """Per round: each kind's launch median over the plain launch's median."""
+    plain = [statistics.median(r) for r in steps["plain"]]
+    return {k: [statistics.median(r) / p for r, p in zip(steps[k], plain)]
+            for k in KINDS[1:]}
+
+
+def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict) -> dict:
+    sys.path.insert(0, HERE)
+    from bench_rendezvous import median_ci
+    where = (f"shaped link {args.rate}" if shaped else "LOOPBACK FALLBACK - NOT A SHAPED LINK")
+    pinned = "PS and worker on one core each" if args.pin else "not pinned"
+    print(f"\n## TicTac {args.backend} gate overhead, one cluster launch per measurement "
+          f"({where}, {pinned})\n")
+    print(f"{args.relaunch} rounds x {len(KINDS)} launches (rotating order), "
+          f"{args.warmup} warm-up + {args.relaunch_steps} steps each, "
+          f"{args.num_vars} x {args.var_mib} MiB model, no schedule installed\n")
+    print("| launch | median step per launch, ms | / plain, per round: median (95 % CI), range |")
+    print("|---|---|---|")
+    ratios = relaunch_ratios(steps)
+    summary = {}
+    for kind in KINDS:
+        meds = ", ".join(f"{statistics.median(r) * 1e3:.1f}" for r in steps[kind])
+        cell = "1"
+        if kind in ratios:
+            xs = ratios[kind]
+            lo, hi = median_ci(xs) if len(xs) > 1 else (xs[0], xs[0])
+            m = statistics.median(xs)
+            summary[kind] = {"median": m, "ci": [lo, hi], "ratios": xs}
+            cell = (f"{(m - 1) * 100:+.1f} % ({(lo - 1) * 100:+.1f} to {(hi - 1) * 100:+.1f} %), "
+                    f"{(min(xs) - 1) * 100:+.1f} to {(max(xs) - 1) * 100:+.1f} %")
+        print(f"| {kind} | {meds} | {cell} |")
+    gate, aa = summary["gate"], summary["plain again"]
+    print(f"\nA/A control: two launches of a plain PS differ by a median "
+          f"{(aa['median'] - 1) * 100:+.1f} % (interval {(aa['ci'][0] - 1) * 100:+.1f} to "
+          f"{(aa['ci'][1] - 1) * 100:+.1f} %)")
+    if shaped and netns.rate_bits(args.rate) in (10 ** 9, 10 ** 10):
+        met = gate["median"] <= 1.01
+        print(f"target (native backend): step-time overhead <= 1 % at 1 and 10 Gbit/s -> "
+              f"{'met' if met else 'NOT met'} in this run (median "
+              f"{(gate['median'] - 1) * 100:+.1f} %; the interval's upper end "
+              f"{(gate['ci'][1] - 1) * 100:+.1f} %)")
+    return summary
+
+
+def run_client(cluster: LocalCluster, cfg: dict, host: str | None, timeout_s: float,
+               flag: str = "--client") -> dict:
+    argv = [sys.executable, os.path.abspath(__file__), flag, json.dumps(cfg)]
     popen = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc = cluster.spawn_in(host, argv, **popen) if host else cluster.spawn(argv, **popen)
     try:
@@ -193,14 +308,29 @@ def main() -> None:
     p.add_argument("--backend", choices=("native", "proxy"), default="native")
     p.add_argument("--timeout", type=float, default=1200.0,
                    help="bound on the whole client run, seconds (default 1200)")
+    p.add_argument("--relaunch", type=int, default=0, metavar="ROUNDS",
+                   help="measure step time over ROUNDS rounds of cluster launches (plain, "
+                        "gate, plain again) instead of the three in-cluster measurements")
+    p.add_argument("--relaunch-steps", type=int, default=40,
+                   help="timed steps per launch with --relaunch (default 40)")
+    p.add_argument("--no-pin", dest="pin", action="store_false",
+                   help="with --relaunch: do not pin the PS and the worker to a core each")
+    p.add_argument("--json", metavar="PATH", help="with --relaunch: write the step times here")
     p.add_argument("--client", metavar="JSON", help=argparse.SUPPRESS)
+    p.add_argument("--step-client", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.client:
         print(json.dumps(client(json.loads(args.client))), flush=True)
         return
-    for name in ("blocks", "block_steps", "tp_reps", "num_vars", "tp_num_vars"):
+    if args.step_client:
+        print(json.dumps(step_client(json.loads(args.step_client))), flush=True)
+        return
+    for name in ("blocks", "block_steps", "tp_reps", "num_vars", "tp_num_vars",
+                 "relaunch_steps"):
         if not 1 <= getattr(args, name) <= 1000:
             p.error(f"--{name.replace('_', '-')} must be in 1..1000")
+    if not 0 <= args.relaunch <= 100:
+        p.error("--relaunch must be in 0..100")
     cfg = {k: getattr(args, k) for k in ("num_vars", "var_mib", "warmup", "blocks",
                                          "block_steps", "tp_num_vars", "tp_var_mib", "tp_reps")}
     ok, why = (False, "--loopback given") if args.loopback else netns.available(
@@ -209,6 +339,10 @@ def main() -> None:
         print("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to LOOPBACK: "
               f"these numbers do NOT measure a {args.rate} link.\n" + "=" * 78,
               file=sys.stderr, flush=True)
+        if args.relaunch:
+            steps = relaunch(args, None, cfg)
+            _save(args, steps, report_relaunch(args, False, steps))
+            return
         with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1],
                           backend=args.backend) as c:
             cfg.update(workers=c.worker_addresses, ps=c.ps_addresses[0])
@@ -216,6 +350,12 @@ def main() -> None:
         report(args, False, None, result)
         return
     netns.cleanup_stale()
+    if args.relaunch:
+        with netns.ShapedNetwork(netns.cluster_hosts(1, 1), rate=args.rate,
+                                 latency_ms=args.latency_ms) as net:
+            steps = relaunch(args, net, cfg)
+        _save(args, steps, report_relaunch(args, True, steps))
+        return
     with netns.ShapedNetwork(netns.cluster_hosts(1, 2), rate=args.rate,
                              latency_ms=args.latency_ms) as net:
         link = probes.bulk_transfer(net, "ps0", "worker0", args.link_mib << 20, timeout_s=300)
@@ -227,6 +367,14 @@ def main() -> None:
                   flush=True)
             result = run_client(c, cfg, "client", args.timeout)
     report(args, True, link, result)
+
+
+def _save(args: argparse.Namespace, steps: dict, summary: dict) -> None:
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rate": args.rate, "backend": args.backend, "pinned": args.pin,
+                       "rounds": args.relaunch, "steps": args.relaunch_steps,
+                       "step_seconds": steps, "summary": summary}, f, indent=1)
 
 
 if __name__ == "__main__":

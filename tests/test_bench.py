@@ -340,3 +340,24 @@ def test_prediction_uses_the_bytes_the_ps_served_and_the_fair_share_of_the_link(
     with pytest.raises(ValueError, match="model must be"):
         predictions({"tic": [(g, order)]}, compute, 4.0, 800.0, 1, 1, model="x")
     assert SCALED != OVERHEAD
+
+
+def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "benchmarks", "bench_shaped_overhead.py")
+    spec = importlib.util.spec_from_file_location("bench_shaped_overhead", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    orders = list(mod.rotations(4))
+    # every round launches each kind once; each kind takes each position once in 3 rounds
+    assert all(sorted(o) == sorted(mod.KINDS) for o in orders)
+    assert {o[0] for o in orders[:3]} == set(mod.KINDS)
+    assert orders[3] == orders[0]
+    steps = {"plain": [[1.0, 1.2, 1.0], [2.0, 2.0, 9.0]],  # launch medians 1.0 and 2.0
+             "gate": [[1.01, 1.01, 5.0], [2.04, 2.04, 2.0]],
+             "plain again": [[0.99, 0.99, 0.99], [2.0, 2.0, 2.0]]}
+    ratios = mod.relaunch_ratios(steps)
+    assert ratios["gate"] == pytest.approx([1.01, 1.02])
+    assert ratios["plain again"] == pytest.approx([0.99, 1.0])
+    assert "plain" not in ratios

@@ -64,7 +64,7 @@ def test_a_transient_grpc_abort_at_start_up_is_retried_on_the_same_ports(monkeyp
     assert len(attempts) == 1
 
 
-def test_workers_can_be_pinned_to_one_cpu_each():
+def test_workers_and_ps_can_be_pinned_to_one_cpu_each():
     cpus = sorted(os.sched_getaffinity(0))
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=False,
                       worker_cpus={0: cpus[-1]}) as cluster:
@@ -76,6 +76,16 @@ def test_workers_can_be_pinned_to_one_cpu_each():
         assert len(threads) > 1
         assert all(os.sched_getaffinity(int(t)) == {cpus[-1]} for t in threads)
         assert os.sched_getaffinity(ps.process.pid) == set(cpus)
+    with LocalCluster(num_ps=1, num_workers=1, rendezvous=True,
+                      ps_cpus={0: cpus[0]}) as cluster:
+        (worker,) = [t for t in cluster.tasks if t.job == "worker"]
+        (ps,) = [t for t in cluster.tasks if t.job == "ps"]
+        threads = os.listdir(f"/proc/{ps.process.pid}/task")
+        assert len(threads) > 1
+        assert all(os.sched_getaffinity(int(t)) == {cpus[0]} for t in threads)
+        assert os.sched_getaffinity(worker.process.pid) == set(cpus)
+    with pytest.raises(ValueError, match="ps_cpus"):
+        LocalCluster(num_ps=1, num_workers=1, ps_cpus={1: cpus[0]})
     with pytest.raises(ValueError, match="worker_cpus"):
         LocalCluster(num_ps=1, num_workers=1, worker_cpus={0: 10_000})
     with pytest.raises(ValueError, match="worker_cpus"):

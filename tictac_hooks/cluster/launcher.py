@@ -163,7 +163,8 @@ class LocalCluster:
                  env: Mapping[str, str] | None = None, log_dir: str | None = None,
                  direct_workers: Sequence[int] = (),
                  network: "ShapedNetwork | None" = None,
-                 worker_cpus: Mapping[int, int] | None = None) -> None:
+                 worker_cpus: Mapping[int, int] | None = None,
+                 ps_cpus: Mapping[int, int] | None = None) -> None:
         if isinstance(rendezvous, bool):
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
@@ -194,16 +195,18 @@ class LocalCluster:
                 f"{network.address(self.host('ps', i))}:{PRIVATE_PORT}" if rv else addr
                 for i, (rv, addr) in enumerate(zip(self.rendezvous, self.spec["ps"]))]
         self.direct_workers = set(direct_workers)
-        # worker index -> the one CPU it may run on (e.g. to emulate one machine per
-        # worker on a shared host); the others run anywhere.
-        self.worker_cpus = dict(worker_cpus or {})
+        # task index -> the one CPU it may run on (e.g. to emulate one machine per
+        # worker on a shared host, or to keep a benchmark's PS and worker off each
+        # other's core); the others run anywhere.
+        self.task_cpus = {"worker": dict(worker_cpus or {}), "ps": dict(ps_cpus or {})}
         available = os.sched_getaffinity(0)
-        bad = {w: c for w, c in self.worker_cpus.items()
-               if c not in available or not 0 <= w < num_workers}
-        if bad:
-            raise ValueError(f"worker_cpus {bad}: each must map a worker index below "
-                             f"{num_workers} to a CPU this process may use "
-                             f"({sorted(available)})")
+        for job, n in (("worker", num_workers), ("ps", num_ps)):
+            bad = {i: c for i, c in self.task_cpus[job].items()
+                   if c not in available or not 0 <= i < n}
+            if bad:
+                raise ValueError(f"{job}_cpus {bad}: each must map a {job} index below "
+                                 f"{n} to a CPU this process may use "
+                                 f"({sorted(available)})")
         self.skip_after_s = skip_after_s
         self.window_bytes = window_bytes
         self.start_timeout_s = start_timeout_s
@@ -330,7 +333,7 @@ class LocalCluster:
         log_path = os.path.join(self.log_dir, f"{job}{index}.log")
         log = open(log_path, "wb")
         argv = [sys.executable, "-m", "tictac_hooks.enforce.cli", *args]
-        cpu = self.worker_cpus.get(index) if job == "worker" else None
+        cpu = self.task_cpus.get(job, {}).get(index)
         popen = dict(stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                      env=self.child_env(),
                      preexec_fn=die_with_parent if cpu is None else _pinned(cpu))
