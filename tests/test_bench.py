@@ -185,8 +185,8 @@ def test_prediction_section_errors_ranking_and_sweep_plot(tmp_path):
     assert "## Simulated against measured step time" in text
     assert ("| resnet50/training/W2/P1 | 50mbit | 2.00 | tic | 1600 | 2080 | +30.0% | 1200 "
             "| -25.0% |") in text
-    assert "scaled compute: median |error| 5.0%, largest 25.0% (target <= 10 %: MISSED)" in text
-    assert "overhead compute: median |error| 30.0%" in text
+    assert "model scaled: median |error| 5.0%, largest 25.0% (target <= 10 %: MISSED)" in text
+    assert "model overhead: median |error| 30.0%" in text
     assert "![resnet50/training/W2/P1: gain against comm/comp](sweep-resnet50-training-w2-p1.png)" \
         in text
     assert os.path.getsize(tmp_path / "out" / "sweep-resnet50-training-w2-p1.png") > 1000
@@ -217,10 +217,15 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     if not ok:
         pytest.skip(f"no shaped network here: {why}")
     out = tmp_path / "quick.json"
-    proc = subprocess.run(
+    # Popen, for the pid that names the run's namespaces (checked removed below)
+    proc = subprocess.Popen(
         [sys.executable, "-m", "tictac_hooks.cli", "bench", "--quick", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["network"]["shaped"] is True
     assert set(result["schedules"]) == {"none", "rendezvous", "tic", "tac", "random", "layer"}
@@ -230,7 +235,7 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
             assert key in m, (name, key)
         assert m["throughput"] > 0
     assert result["schedules"]["tic"]["matched"] > 0.9
-    assert "| mobilenetv2/inference/W2/P1" in proc.stdout
+    assert "| mobilenetv2/inference/W2/P1" in stdout
     assert not [ns for ns in netns._namespaces() if ns.startswith(f"{netns.PREFIX}-")
                 and ns.split("-")[1] == str(proc.pid)]
 
@@ -273,7 +278,7 @@ def test_readme_block_is_generated_between_its_markers():
     assert block[0] == README_BEGIN and block[-1] == README_END
     text = "\n".join(block)
     assert "by `bench_tictac.py x`" in text and "best training gain: tic" in text
-    assert "scaled compute: median |error| 5.0%" in text
+    assert "model scaled: median |error| 5.0%" in text
     assert "(benchmarks/results/sweep/sweep-resnet50-training-w2-p1.png)" in text
     readme = f"# R\n\nhand-written\n\n{README_BEGIN}\nold\n{README_END}\n\nafter\n"
     new = replace_readme_block(readme, block)
@@ -340,6 +345,20 @@ def test_prediction_uses_the_bytes_the_ps_served_and_the_fair_share_of_the_link(
     with pytest.raises(ValueError, match="model must be"):
         predictions({"tic": [(g, order)]}, compute, 4.0, 800.0, 1, 1, model="x")
     assert SCALED != OVERHEAD
+    # TensorFlow's order (no schedule): SHARED, a and b sent at once on 400 B/s, a done
+    # at 0.5 s, b at 1.0 s; SERIAL, a random order per seed: a then b (a 0.25, b 1.0),
+    # or b then a (b 0.75, a 1.0), so x starts at 0.25 or 1.0 s.
+    none = {"none": [(g, None)]}
+    shared = predictions(none, compute, 4.0, 8 * 800.0, 2, 1, served={"ps:0": 400.0})
+    assert shared["none"] == pytest.approx(0.5 + 4.0)
+    serial = predictions(none, compute, 4.0, 8 * 800.0, 2, 1, model="scaled-serial",
+                         served={"ps:0": 400.0}, seeds=64)
+    assert 4.25 + 0.1 < serial["none"] < 5.0 - 0.1  # between the two orders' 4.25 / 5.0
+    # an installed order is modelled the same either way
+    assert predictions({"tic": [(g, order)]}, compute, 4.0, 8 * 800.0, 2, 1,
+                       model="scaled-serial", served={"ps:0": 400.0}) == pytest.approx(
+        predictions({"tic": [(g, order)]}, compute, 4.0, 8 * 800.0, 2, 1,
+                    served={"ps:0": 400.0}))
 
 
 def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():

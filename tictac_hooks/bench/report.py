@@ -247,12 +247,17 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
         out.append(f"| {r['label']} | {r['rate']} | {r['ratio']:.2f} | {r['order']} | "
                    f"{r['measured'] * 1e3:.0f} | " + " | ".join(cells) + " |")
     out.append("")
+    out.append("Models (bench/predict.py): *scaled* puts the compute the trace misses into "
+               "the traced ops, *overhead* after the step; *-serial* models TensorFlow's "
+               "order as back-to-back transfers in a random order, else as every transfer "
+               "sharing the link at once.")
+    out.append("")
     for m in models:
         errors = _abs_errors(rows, m)
         agree, total = ranking_agreement(rows, m)
         gains = gain_errors(results, m)
         off = sorted(abs(s - g) for _, g, s in gains)
-        out.append(f"- {m} compute: median |error| {errors[len(errors) // 2]:.1%}, largest "
+        out.append(f"- model {m}: median |error| {errors[len(errors) // 2]:.1%}, largest "
                    f"{errors[-1]:.1%} (target <= 10 %: "
                    f"{'met' if errors[-1] <= 0.10 else 'MISSED'}); ranks "
                    f"{agree} of {total} order pairs as measured (pairs within 1 % not counted)"
