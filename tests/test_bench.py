@@ -361,6 +361,38 @@ def test_prediction_uses_the_bytes_the_ps_served_and_the_fair_share_of_the_link(
                     served={"ps:0": 400.0}))
 
 
+def test_pushes_end_the_step_when_the_last_has_crossed():
+    from tictac_hooks.bench.predict import assign_pushes, predictions, pushed_makespan
+    from tictac_hooks.graph import Graph, Op, Schedule
+    from tictac_hooks.graph.simulate import simulate
+    g = Graph([Op("a", "recv", channel="ps:0", bytes=100, time=1.0),
+               Op("x", "compute", ("a",), time=1.0), Op("y", "compute", ("x",), time=1.0)])
+    sim = simulate(g)  # a [0, 1], x [1, 2], y [2, 3]
+    assert sim.finish == {"a": 1.0, "x": 2.0, "y": 3.0}
+    assert pushed_makespan(sim, {}) == 3.0
+    # x's gradient leaves at 2 s and takes 0.5 s: inside the compute, no tail
+    assert pushed_makespan(sim, {"x": ("ps:0", 0.5)}) == 3.0
+    # two pushes on one channel go one after the other: x at 2 -> 3.5, y at 3 -> 4.5
+    assert pushed_makespan(sim, {"x": ("ps:0", 1.5), "y": ("ps:0", 1.0)}) == 4.5
+    # on two channels they overlap; a node the DAG lacks leaves at the compute's end
+    assert pushed_makespan(sim, {"x": ("ps:0", 1.5), "y": ("ps:1", 1.0)}) == 4.0
+    assert pushed_makespan(sim, {"gone": ("ps:0", 1.0)}) == 4.0
+    # each DAG gets the pushes that leave its own nodes
+    h = Graph([Op("b", "recv", channel="ps:0", bytes=100), Op("z", "compute", ("b",))])
+    mine, theirs = {"z": ("ps:0", 7)}, {"y": ("ps:0", 5)}
+    assert assign_pushes([g, h], [mine, theirs]) == [theirs, mine]
+    assert assign_pushes([g, h], [{"q": ("ps:0", 1)}, {}]) == [{"q": ("ps:0", 1)}, {}]
+    with pytest.raises(ValueError, match="pushes of 1 workers for 2"):
+        assign_pushes([g, h], [mine])
+    # in a prediction, on the worker's fair share: 100 B at 100 B/s is 1 s after y
+    order = Schedule.from_order("tic", ["a"])
+    compute = {"x": 1.0, "y": 1.0}
+    plain = predictions({"tic": [(g, order)]}, compute, 2.0, 8 * 100.0, 1, 1)
+    pushed = predictions({"tic": [(g, order)]}, compute, 2.0, 8 * 100.0, 1, 1,
+                         pushes=[{"y": ("ps:0", 100)}])
+    assert pushed["tic"] == pytest.approx(plain["tic"] + 1.0)
+
+
 def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

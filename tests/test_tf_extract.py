@@ -273,6 +273,21 @@ def test_step_stats_oracle_from_the_same_run(graph_mode_run):
     assert timed.has_times()
 
 
+@pytest.mark.cluster
+def test_gradient_pushes_are_what_the_ps_pulled_from_the_worker(graph_mode_run):
+    from tictac_hooks.graph.tf.traced import gradient_pushes
+    pushes = gradient_pushes(graph_mode_run, "worker:0")
+    assert {c for c, _ in pushes.values()} == {"ps:0"}
+    # the three gradients (w1 4x16, b1 16, w2 16x2 floats), perhaps the learning rate
+    sizes = sorted(b for _, b in pushes.values())
+    assert [b for b in sizes if b > 4] == [64, 128, 256]
+    # each leaves a node of the worker's DAG, which the simulator times
+    ext = partition.extract_partition_graphs(graph_mode_run[-1].partition_graphs)
+    names = {op.name for op in ext.graph.ops}
+    assert set(pushes) <= names
+    assert gradient_pushes(graph_mode_run, "worker:7") == {}
+
+
 def test_a_tensor_received_twice_is_two_recvs_named_by_their_edges():
     """TF may send one PS tensor over two partition edges (a kernel read for the forward
     pass and for its gradient). Each copy is its own recv named by its full tensor name,

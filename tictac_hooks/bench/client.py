@@ -186,8 +186,25 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     return out
 
 
+def _pushes(cfg: dict, graphs: dict, traced: list) -> list[dict[str, tuple[str, int]]]:
+    """Per interposed worker its pushes to the PSes in the traced steps (training: the
+    gradients), for the simulator; says how many leave a node of the worker's DAG."""
+    from tictac_hooks.graph.tf.traced import gradient_pushes
+    out = [gradient_pushes(traced, worker) for worker in graphs]
+    if any(out):
+        placed = sum(len({op.name for op in g.ops} & set(p))
+                     for g, p in zip(graphs.values(), out))
+        _progress(cfg, f"pushes to the PSes: {sum(map(len, out))} tensors, "
+                       f"{sum(b for p in out for _, b in p.values()) / 2**20:.1f} MiB over "
+                       f"the workers; {placed} leave a node of their worker's DAG, the rest "
+                       f"at the end of its compute")
+    return out
+
+
 def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
-               rate_bits: float, served: dict[str, float]) -> dict[str, dict[str, float]]:
+               rate_bits: float, served: dict[str, float],
+               pushes: list[dict[str, tuple[str, int]]] | None = None
+               ) -> dict[str, dict[str, float]]:
     """The simulator's step seconds per model of the untraced compute (bench/predict.py)
     and schedule; TensorFlow's order (with and without the rendezvous) is the same DAGs
     with no order installed."""
@@ -201,7 +218,9 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
             orders[name] = [(g, None) for g, _ in dags]
     t0 = time.perf_counter()
     out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
-                              cfg["ps"], model=model, served=served) for model in MODELS}
+                              cfg["ps"], model=model, served=served,
+                              pushes=pushes if pushes and any(pushes) else None)
+           for model in MODELS}
     for model, steps in out.items():
         _progress(cfg, f"simulated step ms ({model} compute): "
                   + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))
@@ -231,7 +250,8 @@ def run(cfg: dict) -> dict:
     # nearly free): the per-op sums of a trace miss fused and renamed ops, and a
     # traced step is slower than a plain one. Measured once the step time has settled.
     fast = settled_makespans(lambda: r.step(0).makespan, max(5, cfg["profile_steps"]))
-    graphs, compute, late, _ = r.profile()
+    graphs, compute, late, traced = r.profile()
+    pushes = _pushes(cfg, graphs, traced)
     recv_names = {op.name for g in graphs.values() for op in g.recvs}
     traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, _median(fast))
@@ -259,7 +279,7 @@ def run(cfg: dict) -> dict:
                        f"comm/comp {comm / comp:.2f}")
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
         predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits,
-                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)})
+                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes)
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}

@@ -10,9 +10,10 @@ channel is busy, which is when the order matters).
 Compute is what the trace sees per op, scaled so that the ops sum to the step's
 measured compute (the step time with the fast profiling link, which also holds the
 session's overhead and fused or renamed ops the trace misses): the simulator then puts
-that time where the trace says the work is. The gradient pushes of training (worker to
-PS) and the PS's update are not in the model; the README says how far that takes the
-prediction from the measurement.
+that time where the trace says the work is. In training each gradient push (worker to
+PS, the tensors the PS pulled from the worker in the trace, with their sizes) leaves when
+the node sending it finishes, and the step ends when the last push of every channel has
+crossed (:func:`pushed_makespan`); the PS's update is not in the model.
 
 A benchmark step runs all W towers and ends with the slowest, so its prediction is the
 mean over ``seeds`` tie-breaks of the largest makespan over the workers. An installed
@@ -33,7 +34,10 @@ from typing import Mapping, Sequence
 
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.graph.simulate import SERIAL, SHARED, simulate
+from tictac_hooks.graph.simulate import SERIAL, SHARED, SimResult, simulate
+
+# worker -> PS transfers of one worker's step: sending node -> (PS channel, seconds)
+Pushes = Mapping[str, tuple[str, float]]
 
 SEEDS = 8
 
@@ -57,17 +61,55 @@ def timed(graph: Graph, compute: Mapping[str, float], compute_scale: float,
     return graph.with_times(times)
 
 
+def pushed_makespan(result: SimResult, pushes: Pushes) -> float:
+    """The step's end with its pushes: each leaves when its sending node finishes (the
+    end of the compute for a node the DAG does not hold), one channel carries them one
+    after the other, and the step ends when the last has crossed. Any work-conserving
+    sharing of a channel ends its last push at that same time, so TensorFlow's order of
+    the pushes needs no model."""
+    per_channel: dict[str, list[tuple[float, float]]] = {}
+    for name, (channel, seconds) in pushes.items():
+        per_channel.setdefault(channel, []).append(
+            (result.finish.get(name, result.makespan), seconds))
+    end = result.makespan
+    for items in per_channel.values():
+        clock = 0.0
+        for ready, seconds in sorted(items):
+            clock = max(clock, ready) + seconds
+        end = max(end, clock)
+    return end
+
+
 def predicted_step(parts: Sequence[tuple[Graph, Schedule | None]], seeds: int = SEEDS,
-                   default: str = SHARED) -> float:
-    """Mean over tie-break seeds of the slowest worker's simulated makespan; ``parts``:
-    per worker its timed DAG and the order its PSes enforce (None: TensorFlow's, as
-    ``default`` models it)."""
+                   default: str = SHARED, pushes: Sequence[Pushes] | None = None) -> float:
+    """Mean over tie-break seeds of the slowest worker's simulated step; ``parts``: per
+    worker its timed DAG and the order its PSes enforce (None: TensorFlow's, as
+    ``default`` models it); ``pushes``: per worker, its pushes (see
+    :func:`pushed_makespan`), or None for a step with none."""
     if not parts:
         raise ValueError("no worker DAG to simulate")
+    if pushes is not None and len(pushes) != len(parts):
+        raise ValueError(f"pushes for {len(pushes)} workers, DAGs for {len(parts)}")
     return statistics.fmean(
-        max(simulate(graph, schedule, seed=seed, default=default).makespan
-            for graph, schedule in parts)
+        max(pushed_makespan(simulate(graph, schedule, seed=seed, default=default),
+                            pushes[k] if pushes is not None else {})
+            for k, (graph, schedule) in enumerate(parts))
         for seed in range(seeds))
+
+
+def assign_pushes(graphs: Sequence[Graph], per_worker: Sequence[Mapping[str, tuple[str, int]]]
+                  ) -> list[Mapping[str, tuple[str, int]]]:
+    """Per DAG, the pushes (sending node -> (PS channel, bytes)) of its worker: the
+    worker whose pushes leave most of their nodes in that DAG (in order where none do)."""
+    if len(per_worker) != len(graphs):
+        raise ValueError(f"pushes of {len(per_worker)} workers for {len(graphs)} DAGs")
+    out = []
+    for k, g in enumerate(graphs):
+        names = {op.name for op in g.ops}
+        overlap = [len(names & set(p)) for p in per_worker]
+        best = max(range(len(per_worker)), key=lambda i: (overlap[i], i == k))
+        out.append(per_worker[best] if overlap[best] else per_worker[k])
+    return out
 
 
 SCALED, OVERHEAD = "scaled", "overhead"  # where the step's untraced compute goes
@@ -80,13 +122,17 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
                 compute: Mapping[str, float], compute_s: float, rate_bits: float,
                 workers: int, ps: int, seeds: int = SEEDS,
                 model: str = SCALED,
-                served: Mapping[str, float] | None = None) -> dict[str, float]:
+                served: Mapping[str, float] | None = None,
+                pushes: Sequence[Mapping[str, tuple[str, int]]] | None = None
+                ) -> dict[str, float]:
     """Predicted step seconds per order name. ``orders``: name -> per worker (DAG as
     scheduled, order; None for TensorFlow's); ``compute_s``: the measured compute of a
     worker step. The part of it the trace's op times do not hold goes, by ``model``:
     SCALED, into the ops (each traced time x compute_s / traced sum: it overlaps the
     transfers where the ops do); OVERHEAD, after the step (it overlaps nothing). A
-    "-serial" suffix models TensorFlow's order as SERIAL instead of SHARED."""
+    "-serial" suffix models TensorFlow's order as SERIAL instead of SHARED. ``pushes``:
+    per worker its pushes, sending node -> (PS channel, bytes); each DAG gets its
+    worker's (:func:`assign_pushes`), on the same fair share of the link as its pulls."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
     default = SERIAL if model.endswith("-" + SERIAL) else SHARED
@@ -99,5 +145,7 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
         scale = compute_s / traced if traced > 0 and model == SCALED else 1.0
         extra = max(0.0, compute_s - traced) if model == OVERHEAD else 0.0
         out[name] = extra + predicted_step(
-            [(timed(g, compute, scale, share, served), s) for g, s in parts], seeds, default)
+            [(timed(g, compute, scale, share, served), s) for g, s in parts], seeds, default,
+            [{n: (c, b / share) for n, (c, b) in p.items()}
+             for p in assign_pushes([g for g, _ in parts], pushes)] if pushes else None)
     return out

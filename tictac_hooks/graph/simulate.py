@@ -119,6 +119,7 @@ class SimResult:
     makespan: float
     bounds: Bounds
     recv_finish: dict[str, float]  # when each transfer completed
+    finish: dict[str, float] = dataclasses.field(default_factory=dict)  # every op
 
     @property
     def efficiency(self) -> float:
@@ -242,4 +243,5 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
         done(i)
     makespan = max(finish, default=0.0)
     return SimResult(makespan=makespan, bounds=bounds(graph),
-                     recv_finish={ops[i].name: finish[i] for i in range(len(ops)) if ops[i].kind == RECV})
+                     recv_finish={ops[i].name: finish[i] for i in range(len(ops)) if ops[i].kind == RECV},
+                     finish={op.name: finish[i] for i, op in enumerate(ops)})

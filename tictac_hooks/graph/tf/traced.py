@@ -22,6 +22,17 @@ class NoWorkerTaskError(GraphError):
     it as a ``TicTacSetupError``."""
 
 
+def gradient_pushes(traced: Sequence[Any], worker: str) -> dict[str, tuple[str, int]]:
+    """What each PS pulled from ``worker`` in the traced steps (in training, the
+    gradients: the PS's RecvTensor calls to the worker): name of the sending node on the
+    worker -> (PS task, bytes)."""
+    out = {}
+    for t in profiler.transfers_from_step_stats([m.step_stats for m in traced], source=worker):
+        if t.bytes is not None and (t.destination or "").startswith("ps:"):
+            out[t.name] = (t.destination, t.bytes)
+    return out
+
+
 def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = None
                          ) -> tuple[dict[str, Any], dict[str, float], set[str]]:
     """DAG per worker task, compute times and late recvs from traced steps' RunMetadata
