@@ -27,8 +27,15 @@ one core each (--no-pin: not). Per round, gate / plain and plain again / plain, 
 the ratio of the launches' median step times; the medians of those ratios with their
 bootstrap 95 % intervals.
 
+--bypass N takes the launches' own variance out (two launches of the same plain PS
+differ by up to 14 % at 10 Gbit/s here): one launch of the native gated PS, N rounds of
+three blocks of --block-steps steps, the gate bypassed (the `bypass 1` control verb:
+the process hands RecvTensor to TensorFlow's stock code, exactly as a plain PS), not
+bypassed, and bypassed again (the A/A control), in rotating order; the ratios per round
+of block medians as above. It measures what the gate's own path costs.
+
   sudo .venv/bin/python benchmarks/bench_shaped_overhead.py [--rate 1gbit]
-      [--latency-ms 0] [--blocks 6] [--block-steps 4] [--relaunch 6 --relaunch-steps 40]
+      [--latency-ms 0] [--blocks 6] [--block-steps 4] [--relaunch 6 --relaunch-steps 40 | --bypass 8]
 """
 
 from __future__ import annotations
@@ -152,7 +159,47 @@ def step_client(cfg: dict) -> dict:
     return out
 
 
-# A/A control: a second launch of a plain PS in every round.
+def bypass_client(cfg: dict) -> dict:
+    """Runs in the client namespace (--bypass): one launch of a native gated PS, blocks
+    of steps with its gate bypassed (the stock RecvTensor path in the same process,
+    "plain") or not ("gate"), in rotating order; a second bypassed block per round is
+    the A/A control."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, HERE)
+    import tensorflow as tf
+    from bench_rendezvous import comm_heavy_model  # also disables eager execution
+
+    from tictac_hooks.enforce.client import connect
+
+    gate = connect(cfg["ps"])
+    g, init, train = comm_heavy_model(0, cfg["num_vars"], cfg["var_mib"])
+    out: dict[str, list[list[float]]] = {k: [] for k in KINDS}
+    gated = 0
+    with tf.compat.v1.Session("grpc://" + cfg["worker"], graph=g) as s:
+        s.run(init)
+        for _ in range(cfg["warmup"]):
+            s.run(train)
+        try:
+            for order in rotations(cfg["rounds"]):
+                for kind in order:
+                    gate.call("bypass", "0" if kind == "gate" else "1")
+                    s.run(train)  # not timed: the switch lands between steps
+                    before = len(gate.stats()["steps"]) if kind == "gate" else 0
+                    block = []
+                    for _ in range(cfg["steps"]):
+                        t = time.perf_counter()
+                        s.run(train)
+                        block.append(time.perf_counter() - t)
+                    if kind == "gate":
+                        gated += len(gate.stats()["steps"]) - before
+                    out[kind].append(block)
+        finally:
+            gate.call("bypass", "0")
+    return {"step_seconds": out, "gated_steps": gated}
+
+
+# A/A control: a second launch of a plain PS in every round (with --bypass: a second
+# bypassed block).
 KINDS = ("plain", "gate", "plain again")
 
 
@@ -187,6 +234,27 @@ def relaunch(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[list[fl
     return out
 
 
+def bypass_blocks(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[list[float]]]:
+    """Step times per kind and round from one launch of a native gated PS (--bypass)."""
+    if args.backend != "native":
+        raise SystemExit("--bypass measures the native gate against its own bypass; "
+                         "the proxy has none (use --relaunch)")
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = (dict(ps_cpus={0: cpus[0]}, worker_cpus={0: cpus[-1]})
+           if args.pin and len(cpus) >= 2 else {})
+    with LocalCluster(num_ps=1, num_workers=1, rendezvous=[True], network=net,
+                      backend="native", **pin) as c:
+        run = dict(cfg, worker=c.worker_addresses[0], ps=c.ps_addresses[0],
+                   rounds=args.bypass, steps=args.block_steps)
+        result = run_client(c, run, "client" if net else None, args.timeout,
+                            flag="--bypass-client")
+    want = args.bypass * args.block_steps
+    if result["gated_steps"] < want:
+        raise SystemExit(f"the gate recorded {result['gated_steps']} of the {want} steps "
+                         "timed through it")
+    return result["step_seconds"]
+
+
 def relaunch_ratios(steps: dict[str, list[list[float]]]) -> dict[str, list[float]]:
     """Per round: each kind's launch median over the plain launch's median."""
     plain = [statistics.median(r) for r in steps["plain"]]
@@ -199,12 +267,23 @@ def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict) -> dict
     from bench_rendezvous import median_ci
     where = (f"shaped link {args.rate}" if shaped else "LOOPBACK FALLBACK - NOT A SHAPED LINK")
     pinned = "PS and worker on one core each" if args.pin else "not pinned"
-    print(f"\n## TicTac {args.backend} gate overhead, one cluster launch per measurement "
-          f"({where}, {pinned})\n")
-    print(f"{args.relaunch} rounds x {len(KINDS)} launches (rotating order), "
-          f"{args.warmup} warm-up + {args.relaunch_steps} steps each, "
-          f"{args.num_vars} x {args.var_mib} MiB model, no schedule installed\n")
-    print("| launch | median step per launch, ms | / plain, per round: median (95 % CI), range |")
+    if args.bypass:
+        print(f"\n## TicTac native gate overhead against its own bypass, one PS process "
+              f"({where}, {pinned})\n")
+        print(f"{args.bypass} rounds x {len(KINDS)} blocks (rotating order) of "
+              f"{args.block_steps} steps after {args.warmup} warm-up steps; plain: the same "
+              f"PS with its gate bypassed (TensorFlow's own RecvTensor path); "
+              f"{args.num_vars} x {args.var_mib} MiB model, no schedule installed\n")
+        unit = "block"
+    else:
+        print(f"\n## TicTac {args.backend} gate overhead, one cluster launch per measurement "
+              f"({where}, {pinned})\n")
+        print(f"{args.relaunch} rounds x {len(KINDS)} launches (rotating order), "
+              f"{args.warmup} warm-up + {args.relaunch_steps} steps each, "
+              f"{args.num_vars} x {args.var_mib} MiB model, no schedule installed\n")
+        unit = "launch"
+    print(f"| {unit} | median step per {unit}, ms | / plain, per round: median (95 % CI), "
+          "range |")
     print("|---|---|---|")
     ratios = relaunch_ratios(steps)
     summary = {}
@@ -220,7 +299,7 @@ def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict) -> dict
                     f"{(min(xs) - 1) * 100:+.1f} to {(max(xs) - 1) * 100:+.1f} %")
         print(f"| {kind} | {meds} | {cell} |")
     gate, aa = summary["gate"], summary["plain again"]
-    print(f"\nA/A control: two launches of a plain PS differ by a median "
+    print(f"\nA/A control: two {unit}s of a plain PS differ by a median "
           f"{(aa['median'] - 1) * 100:+.1f} % (interval {(aa['ci'][0] - 1) * 100:+.1f} to "
           f"{(aa['ci'][1] - 1) * 100:+.1f} %)")
     if shaped and netns.rate_bits(args.rate) in (10 ** 9, 10 ** 10):
@@ -313,11 +392,17 @@ def main() -> None:
                         "gate, plain again) instead of the three in-cluster measurements")
     p.add_argument("--relaunch-steps", type=int, default=40,
                    help="timed steps per launch with --relaunch (default 40)")
+    p.add_argument("--bypass", type=int, default=0, metavar="ROUNDS",
+                   help="measure step time in one launch of a native gated PS over ROUNDS "
+                        "rounds of blocks (--block-steps each) with its gate bypassed, "
+                        "not bypassed, bypassed again")
     p.add_argument("--no-pin", dest="pin", action="store_false",
-                   help="with --relaunch: do not pin the PS and the worker to a core each")
-    p.add_argument("--json", metavar="PATH", help="with --relaunch: write the step times here")
+                   help="with --relaunch/--bypass: do not pin the PS and the worker to a "
+                        "core each")
+    p.add_argument("--json", metavar="PATH", help="with --relaunch/--bypass: write the step times here")
     p.add_argument("--client", metavar="JSON", help=argparse.SUPPRESS)
     p.add_argument("--step-client", metavar="JSON", help=argparse.SUPPRESS)
+    p.add_argument("--bypass-client", metavar="JSON", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.client:
         print(json.dumps(client(json.loads(args.client))), flush=True)
@@ -325,12 +410,17 @@ def main() -> None:
     if args.step_client:
         print(json.dumps(step_client(json.loads(args.step_client))), flush=True)
         return
+    if args.bypass_client:
+        print(json.dumps(bypass_client(json.loads(args.bypass_client))), flush=True)
+        return
     for name in ("blocks", "block_steps", "tp_reps", "num_vars", "tp_num_vars",
                  "relaunch_steps"):
         if not 1 <= getattr(args, name) <= 1000:
             p.error(f"--{name.replace('_', '-')} must be in 1..1000")
-    if not 0 <= args.relaunch <= 100:
-        p.error("--relaunch must be in 0..100")
+    if not 0 <= args.relaunch <= 100 or not 0 <= args.bypass <= 100:
+        p.error("--relaunch and --bypass must be in 0..100")
+    if args.relaunch and args.bypass:
+        p.error("--relaunch and --bypass are two ways to measure; pick one")
     cfg = {k: getattr(args, k) for k in ("num_vars", "var_mib", "warmup", "blocks",
                                          "block_steps", "tp_num_vars", "tp_var_mib", "tp_reps")}
     ok, why = (False, "--loopback given") if args.loopback else netns.available(
@@ -339,8 +429,8 @@ def main() -> None:
         print("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to LOOPBACK: "
               f"these numbers do NOT measure a {args.rate} link.\n" + "=" * 78,
               file=sys.stderr, flush=True)
-        if args.relaunch:
-            steps = relaunch(args, None, cfg)
+        if args.relaunch or args.bypass:
+            steps = (relaunch if args.relaunch else bypass_blocks)(args, None, cfg)
             _save(args, steps, report_relaunch(args, False, steps))
             return
         with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1],
@@ -350,10 +440,10 @@ def main() -> None:
         report(args, False, None, result)
         return
     netns.cleanup_stale()
-    if args.relaunch:
+    if args.relaunch or args.bypass:
         with netns.ShapedNetwork(netns.cluster_hosts(1, 1), rate=args.rate,
                                  latency_ms=args.latency_ms) as net:
-            steps = relaunch(args, net, cfg)
+            steps = (relaunch if args.relaunch else bypass_blocks)(args, net, cfg)
         _save(args, steps, report_relaunch(args, True, steps))
         return
     with netns.ShapedNetwork(netns.cluster_hosts(1, 2), rate=args.rate,
@@ -373,7 +463,9 @@ def _save(args: argparse.Namespace, steps: dict, summary: dict) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rate": args.rate, "backend": args.backend, "pinned": args.pin,
-                       "rounds": args.relaunch, "steps": args.relaunch_steps,
+                       "method": "bypass" if args.bypass else "relaunch",
+                       "rounds": args.relaunch or args.bypass,
+                       "steps": args.block_steps if args.bypass else args.relaunch_steps,
                        "step_seconds": steps, "summary": summary}, f, indent=1)
 
 

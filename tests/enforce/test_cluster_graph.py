@@ -15,7 +15,7 @@ import pytest
 from tictac_hooks.enforce.client import (RendezvousClient, RendezvousError, connect,
                                          install_everywhere)
 from tictac_hooks.cluster.launcher import LocalCluster
-from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
 tf = pytest.importorskip("tensorflow")
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -123,6 +123,35 @@ def test_order_without_and_with_a_schedule(cluster):
         assert s["skips"] == 0 and s["violations"] == 0
     print(f"default window: {sum(s['reordered'] for s in windowed)} of "
           f"{len(windowed) * len(wanted)} transfers answered out of schedule order")
+
+
+def test_a_bypassed_native_gate_serves_as_a_plain_ps_and_records_nothing(cluster):
+    if cluster.backend != "native":
+        pytest.skip("bypass is the native gate's measurement setting")
+    from tictac_hooks.enforce.native.client import NativeGateError
+    gate = connect(cluster.ps_addresses[0])
+    train(cluster, False, 2)
+    reads = sorted(_steps(cluster)[-2]["order"])
+    install_everywhere(cluster.gate_addresses, Schedule.from_order("test", reads))
+    direct_losses, _ = train(cluster, True, 3)
+    try:
+        assert gate.call("bypass", "1") == {"bypassed": True}
+        assert gate.call("ping")["enforcing"] is False  # it says so
+        with pytest.raises(NativeGateError, match="bypassed"):
+            gate.ping()
+        with pytest.raises(ScheduleError, match="bypass 0"):
+            gate.install(Schedule.from_order("test", reads))
+        before = len(gate.stats()["steps"])
+        losses, _ = train(cluster, False, 3)
+        assert losses == direct_losses  # served, and the same training
+        assert len(gate.stats()["steps"]) == before  # through no gate
+        assert gate.stats()["schedule_version"] is None  # bypass cleared the order
+    finally:
+        assert gate.call("bypass", "0") == {"bypassed": False}
+    train(cluster, False, 3)
+    assert len(gate.stats()["steps"]) > before and gate.ping()
+    with pytest.raises(ScheduleError, match="bypass takes 1"):
+        gate.call("bypass", "yes")
 
 
 def test_a_transfer_that_does_not_come_is_skipped_and_training_goes_on(cluster, tmp_path):

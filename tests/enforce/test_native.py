@@ -142,3 +142,14 @@ def test_a_schedule_over_the_install_limit_is_refused_before_it_is_sent(monkeypa
                 rf"the schedule for {nobody} is too large to install: 20000 transfers "
                 r"encode to 1\.\d MiB, over the limit of 1 MiB per install")):
             client.install(schedule)
+
+
+def test_a_gate_error_run_in_a_graph_keeps_the_gates_own_words():
+    from tictac_hooks.enforce.native.client import gate_message
+    wrapped = ("Graph execution error:\n\nDetected at node 'TictacControl' defined at (most "
+               "recent call last):\n    File \"x.py\", line 6, in <module>\nNode: "
+               "'TictacControl'\nFrom /job:ps/replica:0/task:0:\npriority 5 of a is not in "
+               "[0, 1)\n\t [[{{node TictacControl}}]]")
+    assert gate_message(wrapped) == "priority 5 of a is not in [0, 1)"
+    assert gate_message("order line 2: not sorted") == "order line 2: not sorted"
+    assert gate_message("Graph execution error:\n\nsomething else") == "something else"

@@ -71,6 +71,19 @@ def device_names(get_status_response: bytes) -> list[str]:
     return names
 
 
+def gate_message(text: str) -> str:
+    """The gate's own words in a TensorFlow op error. Run in a graph, the op's message
+    comes wrapped: ``Graph execution error:``, where the node was defined, then
+    ``From /job:ps/...:``, the message, and ``[[{{node TictacControl}}]]``."""
+    lines = [line.strip() for line in text.strip().splitlines()]
+    for i, line in enumerate(lines):
+        if line.startswith("From /job:"):
+            own = [x for x in lines[i + 1:] if x and not x.startswith("[[")]
+            if own:
+                return " ".join(own)
+    return next((x for x in lines if x and x != "Graph execution error:"), text.strip())
+
+
 class NativeGateError(GateError):
     """A native PS could not be reached, has no TicTac gate, or refused a request."""
 
@@ -132,7 +145,7 @@ class NativeClient(GateClient):
                 f"the PS at {self.address} has no TicTac gate (a plain TensorFlow server?); "
                 "start PS tasks with `tictac ps` (protocol grpc+tictac)")
         if isinstance(e, tf.errors.InvalidArgumentError):
-            return ScheduleError(f"PS at {self.address}: {text.strip().splitlines()[0]}")
+            return ScheduleError(f"PS at {self.address}: {gate_message(text)}")
         if isinstance(e, (tf.errors.UnavailableError, tf.errors.DeadlineExceededError)):
             return NativeGateError(
                 f"cannot reach the TicTac PS at {self.address} within {self.timeout_s:g} s "
@@ -211,6 +224,11 @@ class NativeClient(GateClient):
     def ping(self) -> bool:
         """True if the PS answers and enforces (its gate runs in a grpc+tictac server)."""
         reply = self.call("ping")
+        if reply.get("bypassed"):
+            raise NativeGateError(
+                f"the PS at {self.address} has its gate bypassed (the `bypass 1` "
+                "measurement setting), so it enforces no order; run "
+                "NativeClient.call('bypass', '0') on it")
         if not reply.get("enforcing"):
             raise NativeGateError(
                 f"the PS at {self.address} loaded the TicTac library but serves with plain "

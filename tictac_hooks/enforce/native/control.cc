@@ -92,7 +92,9 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
              std::string* reply) {
   if (verb == "ping") {
     *reply = std::string("{\"ok\":true,\"backend\":\"native\",\"enforcing\":") +
-             (gate ? "true" : "false") + ",\"pid\":" + std::to_string(getpid()) +
+             (gate && !gate->Bypassed() ? "true" : "false") +
+             ",\"bypassed\":" + (gate && gate->Bypassed() ? "true" : "false") +
+             ",\"pid\":" + std::to_string(getpid()) +
              ",\"listening\":" + JsonString(BoundHost()) + "}";
     return true;
   }
@@ -104,6 +106,22 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
   }
   std::vector<std::pair<std::string, std::string>> head;
   std::vector<Entry> order;
+  if (verb == "bypass") {
+    if (arg != "0" && arg != "1") {
+      *reply = "bypass takes 1 (serve every RecvTensor as a plain PS, for a measurement) "
+               "or 0 (through the gate), got '" + arg + "'";
+      return false;
+    }
+    if (arg == "1") gate->Clear();  // a bypassed PS holds no order it would not follow
+    gate->SetBypass(arg == "1");
+    *reply = std::string("{\"bypassed\":") + (arg == "1" ? "true" : "false") + "}";
+    return true;
+  }
+  if (verb == "install" && gate->Bypassed()) {
+    *reply = "this PS's gate is bypassed (the `bypass 1` measurement setting), so it "
+             "would not enforce the order; run the control verb `bypass 0` first";
+    return false;
+  }
   if (verb == "install" || verb == "configure") {
     if (!ParseLines(arg, &head, &order, reply)) return false;
     std::string algorithm = "file";
@@ -175,7 +193,7 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
     return true;
   }
   *reply = "unknown control verb '" + verb + "'; try ping, install, clear, stats, served, "
-           "configure";
+           "configure, bypass";
   return false;
 }
 

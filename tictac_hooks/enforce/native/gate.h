@@ -30,6 +30,7 @@
 #ifndef TICTAC_ENFORCE_NATIVE_GATE_H_
 #define TICTAC_ENFORCE_NATIVE_GATE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -124,6 +125,13 @@ class Gate {
   std::string ServedJson();
   std::string SummaryJson();
 
+  // A measurement setting: while bypassed, the server hands every RecvTensor to the
+  // stock worker code as a plain PS would (no ticket, no record, no order), so that
+  // one process can compare the gate's path with TensorFlow's own. Install refuses
+  // while it is on, and ping reports it.
+  void SetBypass(bool on) { bypass_.store(on, std::memory_order_relaxed); }
+  bool Bypassed() const { return bypass_.load(std::memory_order_relaxed); }
+
  private:
   using Runs = std::vector<HandBack>;
   double Now() const;
@@ -168,6 +176,7 @@ class Gate {
   std::map<std::string, int64_t> totals_;
   double backlog_bytes_ = 0, backlog_time_ = 0;  // the virtual queue (steady clock)
   double pace_deadline_ = 0;                     // steady; 0: nothing held by pacing
+  std::atomic<bool> bypass_{false};
 };
 
 }  // namespace tictac
