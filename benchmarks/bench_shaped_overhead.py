@@ -174,6 +174,7 @@ def bypass_client(cfg: dict) -> dict:
     gate = connect(cfg["ps"])
     g, init, train = comm_heavy_model(0, cfg["num_vars"], cfg["var_mib"])
     out: dict[str, list[list[float]]] = {k: [] for k in KINDS}
+    cpu: dict[str, list[float]] = {k: [] for k in KINDS}  # PS CPU seconds per block
     gated = 0
     with tf.compat.v1.Session("grpc://" + cfg["worker"], graph=g) as s:
         s.run(init)
@@ -186,16 +187,25 @@ def bypass_client(cfg: dict) -> dict:
                     s.run(train)  # not timed: the switch lands between steps
                     before = len(gate.stats()["steps"]) if kind == "gate" else 0
                     block = []
+                    c0 = process_cpu_s(cfg["ps_pid"])
                     for _ in range(cfg["steps"]):
                         t = time.perf_counter()
                         s.run(train)
                         block.append(time.perf_counter() - t)
+                    cpu[kind].append(process_cpu_s(cfg["ps_pid"]) - c0)
                     if kind == "gate":
                         gated += len(gate.stats()["steps"]) - before
                     out[kind].append(block)
         finally:
             gate.call("bypass", "0")
-    return {"step_seconds": out, "gated_steps": gated}
+    return {"step_seconds": out, "gated_steps": gated, "ps_cpu_seconds": cpu}
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread) so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # A/A control: a second launch of a plain PS in every round (with --bypass: a second
@@ -234,8 +244,10 @@ def relaunch(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[list[fl
     return out
 
 
-def bypass_blocks(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[list[float]]]:
-    """Step times per kind and round from one launch of a native gated PS (--bypass)."""
+def bypass_blocks(args: argparse.Namespace, net, cfg: dict
+                  ) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
+    """Step times per kind and round, and the PS's CPU seconds per block, from one
+    launch of a native gated PS (--bypass)."""
     if args.backend != "native":
         raise SystemExit("--bypass measures the native gate against its own bypass; "
                          "the proxy has none (use --relaunch)")
@@ -245,14 +257,27 @@ def bypass_blocks(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[li
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=[True], network=net,
                       backend="native", **pin) as c:
         run = dict(cfg, worker=c.worker_addresses[0], ps=c.ps_addresses[0],
-                   rounds=args.bypass, steps=args.block_steps)
+                   rounds=args.bypass, steps=args.block_steps,
+                   ps_pid=c.task("ps", 0).process.pid)
         result = run_client(c, run, "client" if net else None, args.timeout,
                             flag="--bypass-client")
     want = args.bypass * args.block_steps
     if result["gated_steps"] < want:
         raise SystemExit(f"the gate recorded {result['gated_steps']} of the {want} steps "
                          "timed through it")
-    return result["step_seconds"]
+    return result["step_seconds"], result["ps_cpu_seconds"]
+
+
+def cpu_bound(steps: dict[str, list[list[float]]], cpu: dict[str, list[float]]) -> dict:
+    """PS CPU seconds per step of each kind (totals over its blocks), and the gate's
+    extra CPU per step as a share of the plain median step: with no order installed the
+    gate holds nothing back, so its own work bounds what it can add to a step."""
+    per_step = {k: sum(cpu[k]) / sum(len(b) for b in steps[k]) for k in cpu}
+    plain_step = statistics.median([t for b in steps["plain"] for t in b])
+    return {"cpu_per_step": per_step, "plain_step": plain_step,
+            "gate_extra": per_step["gate"] - per_step["plain"],
+            "aa_extra": per_step["plain again"] - per_step["plain"],
+            "bound": (per_step["gate"] - per_step["plain"]) / plain_step}
 
 
 def relaunch_ratios(steps: dict[str, list[list[float]]]) -> dict[str, list[float]]:
@@ -262,7 +287,8 @@ def relaunch_ratios(steps: dict[str, list[list[float]]]) -> dict[str, list[float
             for k in KINDS[1:]}
 
 
-def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict) -> dict:
+def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict,
+                    cpu: dict | None = None) -> dict:
     sys.path.insert(0, HERE)
     from bench_rendezvous import median_ci
     where = (f"shaped link {args.rate}" if shaped else "LOOPBACK FALLBACK - NOT A SHAPED LINK")
@@ -298,6 +324,16 @@ def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict) -> dict
             cell = (f"{(m - 1) * 100:+.1f} % ({(lo - 1) * 100:+.1f} to {(hi - 1) * 100:+.1f} %), "
                     f"{(min(xs) - 1) * 100:+.1f} to {(max(xs) - 1) * 100:+.1f} %")
         print(f"| {kind} | {meds} | {cell} |")
+    if cpu:
+        b = cpu_bound(steps, cpu)
+        summary["cpu"] = b
+        per = b["cpu_per_step"]
+        print(f"\nPS process CPU per step: plain {per['plain'] * 1e3:.1f} ms, gate "
+              f"{per['gate'] * 1e3:.1f} ms, plain again {per['plain again'] * 1e3:.1f} ms; "
+              f"the gate's extra {b['gate_extra'] * 1e3:+.2f} ms per step (A/A "
+              f"{b['aa_extra'] * 1e3:+.2f} ms) is {b['bound'] * 100:+.2f} % of the plain "
+              f"median step ({b['plain_step'] * 1e3:.1f} ms): with no order installed the "
+              f"gate holds nothing back, so this bounds its step-time overhead")
     gate, aa = summary["gate"], summary["plain again"]
     print(f"\nA/A control: two {unit}s of a plain PS differ by a median "
           f"{(aa['median'] - 1) * 100:+.1f} % (interval {(aa['ci'][0] - 1) * 100:+.1f} to "
@@ -430,8 +466,8 @@ def main() -> None:
               f"these numbers do NOT measure a {args.rate} link.\n" + "=" * 78,
               file=sys.stderr, flush=True)
         if args.relaunch or args.bypass:
-            steps = (relaunch if args.relaunch else bypass_blocks)(args, None, cfg)
-            _save(args, steps, report_relaunch(args, False, steps))
+            steps, cpu = _measured(args, None, cfg)
+            _save(args, steps, cpu, report_relaunch(args, False, steps, cpu))
             return
         with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1],
                           backend=args.backend) as c:
@@ -443,8 +479,8 @@ def main() -> None:
     if args.relaunch or args.bypass:
         with netns.ShapedNetwork(netns.cluster_hosts(1, 1), rate=args.rate,
                                  latency_ms=args.latency_ms) as net:
-            steps = (relaunch if args.relaunch else bypass_blocks)(args, net, cfg)
-        _save(args, steps, report_relaunch(args, True, steps))
+            steps, cpu = _measured(args, net, cfg)
+        _save(args, steps, cpu, report_relaunch(args, True, steps, cpu))
         return
     with netns.ShapedNetwork(netns.cluster_hosts(1, 2), rate=args.rate,
                              latency_ms=args.latency_ms) as net:
@@ -459,14 +495,22 @@ def main() -> None:
     report(args, True, link, result)
 
 
-def _save(args: argparse.Namespace, steps: dict, summary: dict) -> None:
+def _measured(args: argparse.Namespace, net, cfg: dict) -> tuple[dict, dict | None]:
+    """(step times per kind and round, PS CPU per block or None) by the chosen method."""
+    if args.bypass:
+        return bypass_blocks(args, net, cfg)
+    return relaunch(args, net, cfg), None
+
+
+def _save(args: argparse.Namespace, steps: dict, cpu: dict | None, summary: dict) -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rate": args.rate, "backend": args.backend, "pinned": args.pin,
                        "method": "bypass" if args.bypass else "relaunch",
                        "rounds": args.relaunch or args.bypass,
                        "steps": args.block_steps if args.bypass else args.relaunch_steps,
-                       "step_seconds": steps, "summary": summary}, f, indent=1)
+                       "step_seconds": steps, "summary": summary,
+                       "ps_cpu_seconds": cpu}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -412,3 +412,14 @@ def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launc
     assert ratios["gate"] == pytest.approx([1.01, 1.02])
     assert ratios["plain again"] == pytest.approx([0.99, 1.0])
     assert "plain" not in ratios
+    # the CPU bound: PS CPU per step of each kind over all its blocks, the gate's extra
+    # as a share of the plain median step (1.6 s here: the median of the six steps)
+    cpu = {"plain": [0.3, 0.3], "gate": [0.33, 0.33], "plain again": [0.3, 0.24]}
+    b = mod.cpu_bound(steps, cpu)
+    assert b["cpu_per_step"]["gate"] == pytest.approx(0.11)
+    assert b["gate_extra"] == pytest.approx(0.01) and b["aa_extra"] == pytest.approx(-0.01)
+    assert b["plain_step"] == pytest.approx(1.6) and b["bound"] == pytest.approx(0.01 / 1.6)
+    # this process's CPU seconds, as /proc reports them: positive, and they grow
+    t0 = mod.process_cpu_s(os.getpid())
+    sum(i * i for i in range(3_000_000))
+    assert mod.process_cpu_s(os.getpid()) > t0 > 0
