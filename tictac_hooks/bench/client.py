@@ -90,16 +90,22 @@ class Runner:
         from tictac_hooks.graph.tf.partition import with_recv_bytes
         sizes = {}
         for op in graph.recvs:
-            if op.bytes is not None:
-                continue
-            try:
-                out = self.work.graph.get_operation_by_name(
-                    sending_node_name(op.name)).outputs[0]
-            except (KeyError, ValueError, IndexError):
-                continue
-            if out.shape.is_fully_defined() and out.dtype.size:
-                sizes[op.name] = out.shape.num_elements() * out.dtype.size
+            if op.bytes is None:
+                size = self.output_bytes(sending_node_name(op.name))
+                if size is not None:
+                    sizes[op.name] = size
         return with_recv_bytes(graph, sizes) if sizes else graph
+
+    def output_bytes(self, node: str) -> int | None:
+        """Bytes of ``node``'s first output in the client's graph, where its shape is
+        fully known."""
+        try:
+            out = self.work.graph.get_operation_by_name(node).outputs[0]
+        except (KeyError, ValueError, IndexError):
+            return None
+        if out.shape.is_fully_defined() and out.dtype.size:
+            return out.shape.num_elements() * out.dtype.size
+        return None
 
     def variable_bytes_per_ps(self) -> list[float]:
         """Bytes of the variables each PS holds that a tower reads."""
@@ -186,11 +192,23 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     return out
 
 
-def _pushes(cfg: dict, graphs: dict, traced: list) -> list[dict[str, tuple[str, int]]]:
+def _pushes(cfg: dict, r: "Runner", graphs: dict, traced: list
+            ) -> list[dict[str, tuple[str, int]]]:
     """Per interposed worker its pushes to the PSes in the traced steps (training: the
     gradients), for the simulator; says how many leave a node of the worker's DAG."""
     from tictac_hooks.graph.tf.traced import gradient_pushes
-    out = [gradient_pushes(traced, worker) for worker in graphs]
+    out = []
+    for worker in graphs:
+        pushes, unsized = {}, 0
+        for name, (ps, size) in gradient_pushes(traced, worker).items():
+            size = size if size is not None else r.output_bytes(name)
+            if size is None:
+                unsized += 1
+            else:
+                pushes[name] = (ps, size)
+        out.append(pushes)
+        if unsized:
+            _progress(cfg, f"{worker}: {unsized} pushes of unknown size left out")
     if any(out):
         placed = sum(len({op.name for op in g.ops} & set(p))
                      for g, p in zip(graphs.values(), out))
@@ -251,7 +269,7 @@ def run(cfg: dict) -> dict:
     # traced step is slower than a plain one. Measured once the step time has settled.
     fast = settled_makespans(lambda: r.step(0).makespan, max(5, cfg["profile_steps"]))
     graphs, compute, late, traced = r.profile()
-    pushes = _pushes(cfg, graphs, traced)
+    pushes = _pushes(cfg, r, graphs, traced)
     recv_names = {op.name for g in graphs.values() for op in g.recvs}
     traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, _median(fast))

@@ -22,14 +22,16 @@ class NoWorkerTaskError(GraphError):
     it as a ``TicTacSetupError``."""
 
 
-def gradient_pushes(traced: Sequence[Any], worker: str) -> dict[str, tuple[str, int]]:
+def gradient_pushes(traced: Sequence[Any], worker: str) -> dict[str, tuple[str, int | None]]:
     """What each PS pulled from ``worker`` in the traced steps (in training, the
     gradients: the PS's RecvTensor calls to the worker): name of the sending node on the
-    worker -> (PS task, bytes)."""
-    out = {}
+    worker -> (PS task, bytes; None where no record of it carried a size, as the large
+    ones often do not)."""
+    out: dict[str, tuple[str, int | None]] = {}
     for t in profiler.transfers_from_step_stats([m.step_stats for m in traced], source=worker):
-        if t.bytes is not None and (t.destination or "").startswith("ps:"):
-            out[t.name] = (t.destination, t.bytes)
+        if (t.destination or "").startswith("ps:"):
+            known = out.get(t.name, (t.destination, None))[1]
+            out[t.name] = (t.destination, t.bytes if t.bytes is not None else known)
     return out
 
 
