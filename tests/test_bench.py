@@ -393,6 +393,32 @@ def test_pushes_end_the_step_when_the_last_has_crossed():
     assert pushed["tic"] == pytest.approx(plain["tic"] + 1.0)
 
 
+def test_joint_model_serves_the_workers_of_a_step_on_one_channel():
+    from tictac_hooks.bench.predict import joint, joint_step
+    from tictac_hooks.graph import Graph, Op, Schedule
+    # per worker: a 1 s and a 1 s pull, compute 1 s after each; one PS channel for both
+    g = Graph([Op("a", "recv", channel="ps:0", time=1.0), Op("b", "recv", channel="ps:0", time=1.0),
+               Op("x", "compute", ("a",), time=1.0), Op("y", "compute", ("x", "b"), time=1.0)])
+    order = Schedule.from_order("tic", ["a", "b"])
+    graph, schedule, resources = joint([(g, order), (g, order)], align=True)
+    assert len(graph) == 8 and resources["w1/x"] == "w1" and "w0/a" not in resources
+    assert list(schedule.order) == ["w0/a", "w1/a", "w0/b", "w1/b"]
+    _, staggered, _ = joint([(g, order), (g, order)], align=False)
+    assert list(staggered.order) == ["w0/a", "w0/b", "w1/a", "w1/b"]
+    # aligned: a's at 1, 2, b's at 3, 4: w0's y 3-4, w1's y 4-5
+    assert joint_step([(g, order)] * 2, None, align=True, seeds=1) == 5.0
+    # staggered: w0's a, b at 1, 2 (y 2-3), w1's at 3, 4 (x 3-4, y 4-5)
+    assert joint_step([(g, order)] * 2, None, align=False, seeds=1) == 5.0
+    # each worker computes on its own processor: one worker alone ends at 3
+    assert joint_step([(g, order)], None, align=True, seeds=1) == 3.0
+    # the pushes of both workers share the PS's ingress, 2 s each after its y: served
+    # one after the other, w0 pushes while w1 still pulls (3-5, 5-7); aligned, both
+    # wait to the end (4-6, 6-8). This is what makes the staggered service faster.
+    pushes = [{"y": ("ps:0", 2.0)}, {"y": ("ps:0", 2.0)}]
+    assert joint_step([(g, order)] * 2, pushes, align=False, seeds=1) == 7.0
+    assert joint_step([(g, order)] * 2, pushes, align=True, seeds=1) == 8.0
+
+
 def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():
     import importlib.util
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

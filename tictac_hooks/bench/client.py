@@ -234,11 +234,14 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     for name in names:
         if name in (DIRECT, PASSTHROUGH):
             orders[name] = [(g, None) for g, _ in dags]
+    # the pacing each order runs with (TicTac's default: staggered in training)
+    align = {n: n.endswith(ALIGNED) or (not n.endswith(FIFO) and cfg["mode"] != "training")
+             for n in orders}
     t0 = time.perf_counter()
     out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
                               cfg["ps"], model=model, served=served,
-                              pushes=pushes if pushes and any(pushes) else None)
-           for model in MODELS}
+                              pushes=pushes if pushes and any(pushes) else None,
+                              align=align) for model in MODELS}
     for model, steps in out.items():
         _progress(cfg, f"simulated step ms ({model} compute): "
                   + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))

@@ -29,6 +29,7 @@ slower than TicTac there.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from typing import Mapping, Sequence
 
@@ -112,10 +113,53 @@ def assign_pushes(graphs: Sequence[Graph], per_worker: Sequence[Mapping[str, tup
     return out
 
 
+def joint(parts: Sequence[tuple[Graph, Schedule | None]], align: bool
+          ) -> tuple[Graph, Schedule | None, dict[str, str]]:
+    """The W workers of one step as one DAG: worker k's ops renamed ``w<k>/<name>``,
+    each worker computing on its own processor, every worker's recvs from one PS on
+    that PS's one channel. An installed order is served as the pacing gate serves it:
+    ``align`` each worker's k-th transfer before any worker's (k+1)-th, else worker 0's
+    whole order, then worker 1's (the staggered service of training). With no order
+    (TensorFlow's), every worker's transfers share the channel's random order."""
+    ops, resources = [], {}
+    priority: dict[str, int] = {}
+    width = max(len(g.ops) for g, _ in parts)
+    for k, (g, schedule) in enumerate(parts):
+        def name(n: str, k: int = k) -> str:
+            return f"w{k}/{n}"
+        for op in g.ops:
+            ops.append(dataclasses.replace(op, name=name(op.name),
+                                           inputs=tuple(map(name, op.inputs))))
+            if not op.is_recv:
+                resources[name(op.name)] = f"w{k}"
+        if schedule is not None:
+            for n, p in schedule.priority.items():
+                priority[name(n)] = p * len(parts) + k if align else k * width + p
+    order = sorted(priority, key=priority.__getitem__)
+    combined = Schedule.from_order("joint", order) if order else None
+    return Graph(ops), combined, resources
+
+
+def joint_step(parts: Sequence[tuple[Graph, Schedule | None]], pushes: Sequence[Pushes] | None,
+               align: bool, seeds: int = SEEDS, default: str = SERIAL) -> float:
+    """Mean over seeds of the step of all workers simulated together (:func:`joint`),
+    their pushes sharing each PS's ingress; ``parts`` timed at the full link rate."""
+    graph, schedule, resources = joint(parts, align)
+    merged = {f"w{k}/{n}": v for k, p in enumerate(pushes or ()) for n, v in p.items()}
+    return statistics.fmean(
+        pushed_makespan(simulate(graph, schedule, seed=seed, default=default,
+                                 resources=resources), merged)
+        for seed in range(seeds))
+
+
 SCALED, OVERHEAD = "scaled", "overhead"  # where the step's untraced compute goes
 # A model: where the untraced compute goes, and "-serial" where TensorFlow's order is
 # modelled SERIAL (no suffix: SHARED).
-MODELS = (SCALED, OVERHEAD, SCALED + "-" + SERIAL, OVERHEAD + "-" + SERIAL)
+# "-joint": all workers of a step simulated together on the full PS links (joint_step),
+# TensorFlow's order SERIAL.
+JOINT = "joint"
+MODELS = (SCALED, OVERHEAD, SCALED + "-" + SERIAL, OVERHEAD + "-" + SERIAL,
+          SCALED + "-" + JOINT, OVERHEAD + "-" + JOINT)
 
 
 def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
@@ -123,8 +167,8 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
                 workers: int, ps: int, seeds: int = SEEDS,
                 model: str = SCALED,
                 served: Mapping[str, float] | None = None,
-                pushes: Sequence[Mapping[str, tuple[str, int]]] | None = None
-                ) -> dict[str, float]:
+                pushes: Sequence[Mapping[str, tuple[str, int]]] | None = None,
+                align: bool | Mapping[str, bool] = True) -> dict[str, float]:
     """Predicted step seconds per order name. ``orders``: name -> per worker (DAG as
     scheduled, order; None for TensorFlow's); ``compute_s``: the measured compute of a
     worker step. The part of it the trace's op times do not hold goes, by ``model``:
@@ -132,10 +176,14 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
     transfers where the ops do); OVERHEAD, after the step (it overlaps nothing). A
     "-serial" suffix models TensorFlow's order as SERIAL instead of SHARED. ``pushes``:
     per worker its pushes, sending node -> (PS channel, bytes); each DAG gets its
-    worker's (:func:`assign_pushes`), on the same fair share of the link as its pulls."""
+    worker's (:func:`assign_pushes`), on the same fair share of the link as its pulls.
+    A "-joint" model simulates the workers together (:func:`joint_step`), serving an
+    installed order ``align``-ed or one worker after the other (see :func:`joint`);
+    ``align`` is one flag for every order, or one per order name (default True)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
-    default = SERIAL if model.endswith("-" + SERIAL) else SHARED
+    default = SERIAL if model.endswith(("-" + SERIAL, "-" + JOINT)) else SHARED
+    together = model.endswith("-" + JOINT)
     model = model.split("-")[0]
     share = rate_bits / 8.0 / max(1, workers, ps)
     out = {}
@@ -144,8 +192,14 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
                                    for g, _ in parts)
         scale = compute_s / traced if traced > 0 and model == SCALED else 1.0
         extra = max(0.0, compute_s - traced) if model == OVERHEAD else 0.0
-        out[name] = extra + predicted_step(
-            [(timed(g, compute, scale, share, served), s) for g, s in parts], seeds, default,
-            [{n: (c, b / share) for n, (c, b) in p.items()}
-             for p in assign_pushes([g for g, _ in parts], pushes)] if pushes else None)
+        rate = rate_bits / 8.0 if together else share  # the joint model shares itself
+        timed_parts = [(timed(g, compute, scale, rate, served), s) for g, s in parts]
+        worker_pushes = ([{n: (c, b / rate) for n, (c, b) in p.items()}
+                          for p in assign_pushes([g for g, _ in parts], pushes)]
+                         if pushes else None)
+        out[name] = extra + (
+            joint_step(timed_parts, worker_pushes,
+                       align if isinstance(align, bool) else align.get(name, True), seeds)
+            if together
+            else predicted_step(timed_parts, seeds, default, worker_pushes))
     return out

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
+from typing import Mapping
 
 import numpy as np
 
@@ -188,13 +189,15 @@ def shared_finishes(times: list[float]) -> list[float]:
 
 
 def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
-             default: str = SERIAL) -> SimResult:
+             default: str = SERIAL, resources: Mapping[str, str] | None = None) -> SimResult:
     """Makespan of one iteration of ``graph`` with transfers ordered by ``schedule``.
 
     ``schedule=None`` models TensorFlow's default, by ``default``: SERIAL, every
     transfer of a channel back to back in random order (``seed`` picks the order), or
     SHARED, every transfer of a channel sent at once, the link shared equally among
     those unfinished (what gRPC's interleaving of concurrent HTTP/2 streams comes to).
+    ``resources`` (compute op -> the processor it runs on; default: one for all) lets
+    one DAG hold several workers' steps, each computing on its own.
     """
     if default not in (SERIAL, SHARED):
         raise ValueError(f"default must be {SERIAL!r} or {SHARED!r}, got {default!r}")
@@ -235,11 +238,12 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
     for i, op in enumerate(ops):
         if op.kind == RECV:
             done(i)
-    now = 0.0
-    while ready:
+    free: dict[str, float] = {}  # processor -> when it is next free
+    while ready:  # ready times never decrease: each processor runs its ops FIFO
         at, i = heapq.heappop(ready)
-        now = max(now, at) + times[i]
-        finish[i] = now
+        where = resources.get(ops[i].name, "") if resources else ""
+        finish[i] = max(free.get(where, 0.0), at) + times[i]
+        free[where] = finish[i]
         done(i)
     makespan = max(finish, default=0.0)
     return SimResult(makespan=makespan, bounds=bounds(graph),
