@@ -25,6 +25,11 @@ per seed (each response written out whole once its turn comes). Under SHARED the
 tensors finish first whatever the order, which on VGG-16 (small convolutions first,
 the large dense layers last) is nearly TicTac's order; the measured default was 37 %
 slower than TicTac there.
+
+The "-joint" models simulate the W workers of a step together instead (:func:`joint`):
+each on its own processor, sharing each PS's link in both directions, an installed
+order served as the pacing gate serves it. Only they see why serving the workers one
+after the other pays in training (the first pushes while the next still pulls).
 """
 
 from __future__ import annotations
@@ -199,7 +204,8 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
                          if pushes else None)
         out[name] = extra + (
             joint_step(timed_parts, worker_pushes,
-                       align if isinstance(align, bool) else align.get(name, True), seeds)
+                       align if isinstance(align, bool) else align.get(name, True), seeds,
+                       default)
             if together
             else predicted_step(timed_parts, seeds, default, worker_pushes))
     return out
