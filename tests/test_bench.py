@@ -120,8 +120,10 @@ def test_config_validation_and_rates():
         {"kind": "ratio", "value": 1.0, "spec": "auto"},
         {"kind": "ratio", "value": 2.0, "spec": "auto:2"},
         {"kind": "rate", "value": 500_000_000, "spec": "500mbit"}]
-    BenchConfig(schedules=["none", "tic", "tic-fifo", "tic-aligned", "tic-nopace"]).validate()
+    BenchConfig(schedules=["none", "stock", "tic", "tic-fifo", "tic-aligned",
+                           "tic-nopace"]).validate()
     for bad in (dict(model="alexnet"), dict(workers=0), dict(schedules=["tic", "fifo"]),
+                dict(schedules=["stock", "tic"], backend="proxy"),
                 dict(schedules=["none-fifo"]),
                 dict(bandwidth=["auto:x"]), dict(mode="eval")):
         with pytest.raises(ValueError):
@@ -219,7 +221,8 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     out = tmp_path / "quick.json"
     # Popen, for the pid that names the run's namespaces (checked removed below)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tictac_hooks.cli", "bench", "--quick", "--json", str(out)],
+        [sys.executable, "-m", "tictac_hooks.cli", "bench", "--quick", "--json", str(out),
+         "--schedules", "none,rendezvous,stock,tic,tac,random,layer"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)
@@ -228,12 +231,15 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     assert proc.returncode == 0, stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["network"]["shaped"] is True
-    assert set(result["schedules"]) == {"none", "rendezvous", "tic", "tac", "random", "layer"}
+    assert set(result["schedules"]) == {"none", "rendezvous", "stock", "tic", "tac", "random",
+                                        "layer"}
     for name, m in result["schedules"].items():
         for key in ("throughput", "step_time_median", "step_time_p95", "step_time_cv",
                     "straggler_pct", "efficiency_median", "violations", "matched"):
             assert key in m, (name, key)
         assert m["throughput"] > 0
+    # the gate was bypassed for "stock" only: the orders after it were enforced again
+    assert result["schedules"]["stock"]["matched"] is None
     assert result["schedules"]["tic"]["matched"] > 0.9
     assert "| mobilenetv2/inference/W2/P1" in stdout
     assert not [ns for ns in netns._namespaces() if ns.startswith(f"{netns.PREFIX}-")

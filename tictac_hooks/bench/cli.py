@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all), "
                         f"and of {','.join(OPTIONAL)} (an order whose native-gate pacing "
                         "aligns the workers of a step, serves them one after the other, "
-                        "or is off; plain names pace as TicTac does by default)")
+                        "or is off; plain names pace as TicTac does by default; stock: the "
+                        "same PS and workers with the native gate bypassed, TensorFlow's "
+                        "own code on TicTac's path)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")

@@ -31,7 +31,12 @@ SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
 # serves them one after the other, whatever the mode; "tic-nopace" does not pace (each
 # transfer handed to gRPC when its turn comes, however many are on the wire).
 ALIGNED, FIFO, NOPACE = "-aligned", "-fifo", "-nopace"
-OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE) for a in ALGORITHMS)
+# "stock": the interposed set with every native gate bypassed (the `bypass 1` control
+# verb): TensorFlow's own RecvTensor code in the same PS processes, workers and links,
+# so a difference between "none" and "rendezvous" can be put on the gate's code or on
+# the other path (the twin PS and the other worker tasks).
+STOCK = "stock"
+OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE) for a in ALGORITHMS) + (STOCK,)
 
 
 def _algorithm(name: str) -> str:
@@ -232,7 +237,7 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     orders = {n: c.orders() for n, c in controllers.items() if c.schedule is not None}
     dags = next(iter(orders.values()))
     for name in names:
-        if name in (DIRECT, PASSTHROUGH):
+        if name in (DIRECT, PASSTHROUGH, STOCK):
             orders[name] = [(g, None) for g, _ in dags]
     # the pacing each order runs with (TicTac's default: staggered in training)
     align = {n: n.endswith(ALIGNED) or (not n.endswith(FIFO) and cfg["mode"] != "training")
@@ -257,11 +262,19 @@ def _rotation(names: list[str], round_index: int) -> list[str]:
     return order[::-1] if round_index % 2 else order
 
 
+def _bypass(addresses: list[str], on: bool) -> None:
+    """Bypasses (or restores) the native gate of every PS (schedule "stock")."""
+    from tictac_hooks.enforce.client import connect
+    for address in addresses:
+        with connect(address, backend="native") as gate:
+            gate.call("bypass", "1" if on else "0")
+
+
 def run(cfg: dict) -> dict:
     from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
     r = Runner(cfg)
     names = [s for s in cfg["schedules"]]
-    algos = [s for s in names if s in ALGORITHMS + OPTIONAL]
+    algos = [s for s in names if s in ALGORITHMS + OPTIONAL and s != STOCK]
     _progress(cfg, f"graph built, parameters {r.work.param_bytes / 2**20:.1f} MiB; warm-up")
     for _ in range(cfg["warmup"]):
         for which in range(len(r.sessions)):
@@ -313,6 +326,8 @@ def run(cfg: dict) -> dict:
                 which = 1 if name == DIRECT else 0
                 if name in controllers:
                     controllers[name].resume()
+                if name == STOCK:
+                    _bypass(cfg["ps_addresses"], True)
                 for _ in range(cfg["settle_steps"]):
                     r.step(which)
                 b0 = time.time()
@@ -322,6 +337,8 @@ def run(cfg: dict) -> dict:
                 blocks.append((name, b0, time.time()))
                 if name in controllers:
                     controllers[name].suspend()
+                if name == STOCK:
+                    _bypass(cfg["ps_addresses"], False)
             for s in steps_everywhere(cfg["ps_addresses"]):
                 rv_records[(s.ps, s.step_id, s.worker)] = s
             line = ", ".join(f"{n} {_median([s.step_time for s in steps[n]]):.3f}"
@@ -337,7 +354,7 @@ def run(cfg: dict) -> dict:
         results = {}
         for name in names:
             summary = metrics.summarize(steps[name], global_batch, comp, comm)
-            if name != DIRECT:
+            if name not in (DIRECT, STOCK):  # (a bypassed gate records no step)
                 summary.update(metrics.rendezvous_counts(by_schedule[name]))
                 if name in controllers:
                     summary["unscheduled"] = metrics.unscheduled_transfers(

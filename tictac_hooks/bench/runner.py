@@ -24,7 +24,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from tictac_hooks.bench import workloads
-from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES
+from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 
 DEFAULT_SCHEDULES = SCHEDULES
@@ -72,6 +72,9 @@ class BenchConfig:
         parse_rates(self.bandwidth)
         if self.backend not in ("native", "proxy"):
             raise ValueError(f"--backend must be native or proxy, got {self.backend!r}")
+        if STOCK in self.schedules and self.backend != "native":
+            raise ValueError(f"schedule {STOCK!r} bypasses the native gate: it needs "
+                             "--backend native")
 
     @property
     def label(self) -> str:
