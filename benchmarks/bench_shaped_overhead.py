@@ -63,6 +63,16 @@ def _abba(n: int):
         yield (0, 1) if i % 4 in (0, 3) else (1, 0)
 
 
+def _timed_steps(run, n: int) -> list[float]:
+    """Seconds of each of ``n`` calls of ``run`` (one step each)."""
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        run()
+        out.append(time.perf_counter() - t)
+    return out
+
+
 def client(cfg: dict) -> dict:
     """Runs in the client namespace: the measurements, returned as JSON."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -95,9 +105,7 @@ def client(cfg: dict) -> dict:
         sessions[w].run(fetch[w])  # warm-up
     for order in _abba(cfg["tp_reps"]):
         for w in order:
-            t = time.perf_counter()
-            sessions[w].run(fetch[w])
-            times[w].append(time.perf_counter() - t)
+            times[w] += _timed_steps(lambda: sessions[w].run(fetch[w]), 1)
     for s in sessions:
         s.close()
     out["tp_seconds"] = times
@@ -116,11 +124,7 @@ def client(cfg: dict) -> dict:
     for order in _abba(cfg["blocks"]):
         for w in order:
             s, train = runs[w]
-            block = []
-            for _ in range(cfg["block_steps"]):
-                t = time.perf_counter()
-                s.run(train)
-                block.append(time.perf_counter() - t)
+            block = _timed_steps(lambda: s.run(train), cfg["block_steps"])
             steps[w] += block
             blocks[w].append(statistics.median(block))
     for s, _ in runs:
@@ -148,11 +152,7 @@ def step_client(cfg: dict) -> dict:
         s.run(init)
         for _ in range(cfg["warmup"]):
             s.run(train)
-        steps = []
-        for _ in range(cfg["steps"]):
-            t = time.perf_counter()
-            s.run(train)
-            steps.append(time.perf_counter() - t)
+        steps = _timed_steps(lambda: s.run(train), cfg["steps"])
     out = {"step_seconds": steps}
     if cfg["gated"]:  # proof that the steps went through the gate
         out["gated_steps"] = len(connect(cfg["ps"]).stats()["steps"])
@@ -186,12 +186,8 @@ def bypass_client(cfg: dict) -> dict:
                     gate.call("bypass", "0" if kind == "gate" else "1")
                     s.run(train)  # not timed: the switch lands between steps
                     before = len(gate.stats()["steps"]) if kind == "gate" else 0
-                    block = []
                     c0 = process_cpu_s(cfg["ps_pid"])
-                    for _ in range(cfg["steps"]):
-                        t = time.perf_counter()
-                        s.run(train)
-                        block.append(time.perf_counter() - t)
+                    block = _timed_steps(lambda: s.run(train), cfg["steps"])
                     cpu[kind].append(process_cpu_s(cfg["ps_pid"]) - c0)
                     if kind == "gate":
                         gated += len(gate.stats()["steps"]) - before
@@ -220,11 +216,18 @@ def rotations(rounds: int):
         yield KINDS[k:] + KINDS[:k]
 
 
+def _pins(args: argparse.Namespace) -> dict[str, dict[int, int]]:
+    """LocalCluster arguments that pin the PS and the worker to a core each (unless
+    --no-pin, or there is one core)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if not args.pin or len(cpus) < 2:
+        return {}
+    return dict(ps_cpus={0: cpus[0]}, worker_cpus={0: cpus[-1]})
+
+
 def relaunch(args: argparse.Namespace, net, cfg: dict) -> dict[str, list[list[float]]]:
     """Step times per kind and round, each round's launches in rotating order."""
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = (dict(ps_cpus={0: cpus[0]}, worker_cpus={0: cpus[-1]})
-           if args.pin and len(cpus) >= 2 else {})
+    pin = _pins(args)
     out: dict[str, list[list[float]]] = {k: [] for k in KINDS}
     for r, order in enumerate(rotations(args.relaunch)):
         for kind in order:
@@ -251,9 +254,7 @@ def bypass_blocks(args: argparse.Namespace, net, cfg: dict
     if args.backend != "native":
         raise SystemExit("--bypass measures the native gate against its own bypass; "
                          "the proxy has none (use --relaunch)")
-    cpus = sorted(os.sched_getaffinity(0))
-    pin = (dict(ps_cpus={0: cpus[0]}, worker_cpus={0: cpus[-1]})
-           if args.pin and len(cpus) >= 2 else {})
+    pin = _pins(args)
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=[True], network=net,
                       backend="native", **pin) as c:
         run = dict(cfg, worker=c.worker_addresses[0], ps=c.ps_addresses[0],

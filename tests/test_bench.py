@@ -455,3 +455,17 @@ def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launc
     t0 = mod.process_cpu_s(os.getpid())
     sum(i * i for i in range(3_000_000))
     assert mod.process_cpu_s(os.getpid()) > t0 > 0
+
+
+def test_gains_count_against_the_fastest_baseline_stock_included():
+    from tictac_hooks.bench.report import smallest_gain, targets
+    result = _sweep_result()
+    run = result["runs"][0]  # none 1.0 s a step, tic 0.9 s
+    assert smallest_gain(run, "tic") == pytest.approx(100 * (1 / 0.9 - 1))
+    # TensorFlow's own code in the gated PS ran faster than the twin: it is the baseline
+    run["schedules"]["stock"] = metrics.summarize(
+        [ClientStep("stock", 0.95, (0.95,) * 2)] * 4, 4, 0.5, 0.5)
+    assert smallest_gain(run, "tic") == pytest.approx(100 * (0.95 / 0.9 - 1))
+    line = next(t for t in targets([result]) if "@ 200mbit: throughput" in t)
+    assert "tic +5.6 % (over the fastest of none, stock)" in line
+    assert smallest_gain(run, "absent") is None

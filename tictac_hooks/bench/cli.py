@@ -12,14 +12,14 @@ QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, bl
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from tictac_hooks.bench.client import OPTIONAL, SCHEDULES
+    from tictac_hooks.bench.client import OPTIONAL, SCHEDULES, STOCK
     from tictac_hooks.enforce.cli import window_bytes_arg
     p = sub.add_parser(
         "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",
         description="Runs a PS cluster with every task in its own network namespace behind "
         "a tc-shaped link and compares, interleaved in one run, TensorFlow's default order "
-        "(no rendezvous), the rendezvous without a schedule, TIC, TAC, a fixed random order "
-        "and layer order. Falls back to loopback (and says so) without root or tc.")
+        "(no rendezvous), the rendezvous without a schedule, TensorFlow's own code in the "
+        "gated PS (stock), TIC, TAC, a fixed random order and layer order. Falls back to loopback (and says so) without root or tc.")
     p.add_argument("--model", default="resnet50",
                    help="resnet50, inceptionv3, vgg16 or mobilenetv2 (default resnet50)")
     p.add_argument("--mode", default="training", choices=("training", "inference"))
@@ -35,13 +35,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per set (default 2)")
     p.add_argument("--batch", type=int, default=None,
                    help="per-worker batch (default: the model's, see workloads.MODELS)")
-    p.add_argument("--schedules", default=",".join(SCHEDULES),
-                   help=f"comma-separated subset of {','.join(SCHEDULES)} (default: all), "
-                        f"and of {','.join(OPTIONAL)} (an order whose native-gate pacing "
-                        "aligns the workers of a step, serves them one after the other, "
-                        "or is off; plain names pace as TicTac does by default; stock: the "
-                        "same PS and workers with the native gate bypassed, TensorFlow's "
-                        "own code on TicTac's path)")
+    p.add_argument("--schedules", default=None,
+                   help=f"comma-separated subset of {','.join(SCHEDULES + (STOCK,))} "
+                        "(default: all; stock, the same PS and workers with the native gate "
+                        "bypassed, with the native backend only), and of "
+                        f"{','.join(o for o in OPTIONAL if o != STOCK)} (an order whose "
+                        "native-gate pacing aligns the workers of a step, serves them one "
+                        "after the other, or is off; plain names pace as TicTac does by "
+                        "default)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")
@@ -69,8 +70,9 @@ def _bench(args: argparse.Namespace) -> int:
     settings = dict(model=args.model, mode=args.mode, workers=args.workers, ps=args.ps,
                     bandwidth=[b for b in args.bandwidth.split(",") if b.strip()],
                     steps=args.steps, block_steps=args.block_steps, warmup=args.warmup,
-                    batch=args.batch, schedules=[s.strip() for s in args.schedules.split(",")
-                                                 if s.strip()],
+                    batch=args.batch,
+                    schedules=None if args.schedules is None else
+                    [s.strip() for s in args.schedules.split(",") if s.strip()],
                     loopback=args.loopback, timeout_s=args.timeout, backend=args.backend,
                     pin_workers=args.pin_workers)
     if args.window_bytes is not None:

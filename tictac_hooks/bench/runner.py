@@ -27,7 +27,13 @@ from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 
-DEFAULT_SCHEDULES = SCHEDULES
+
+
+def default_schedules(backend: str) -> tuple[str, ...]:
+    """Every order and baseline; with the native backend also "stock" (the same PS and
+    workers with the gate bypassed: TensorFlow's own code on TicTac's path)."""
+    return SCHEDULES + ((STOCK,) if backend == "native" else ())
+
 WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
 
 
@@ -46,13 +52,17 @@ class BenchConfig:
     warmup: int = 2
     profile_steps: int = 3
     batch: int | None = None
-    schedules: Sequence[str] = DEFAULT_SCHEDULES
+    schedules: Sequence[str] | None = None  # None: default_schedules(backend)
     skip_timeout: float = DEFAULT_SKIP_AFTER_S
     window_bytes: int = DEFAULT_WINDOW_BYTES
     timeout_s: float = 1800.0
     loopback: bool = False
     backend: str = "native"
     pin_workers: bool = False  # worker k (of each set) on CPU k mod #CPUs
+
+    def __post_init__(self) -> None:
+        if self.schedules is None:
+            self.schedules = default_schedules(self.backend)
 
     def validate(self) -> None:
         workloads.model_key(self.model)
