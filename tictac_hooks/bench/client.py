@@ -58,7 +58,8 @@ class Runner:
         from tictac_hooks.bench import workloads
         self.tf, self.cfg = tf, cfg
         sets = [cfg["interposed_tasks"]] + ([cfg["direct_tasks"]] if cfg["direct_tasks"] else [])
-        self.work = workloads.build(cfg["model"], cfg["mode"], sets, cfg["ps"], cfg["batch"])
+        self.work = workloads.build(cfg["model"], cfg["mode"], sets, cfg["ps"], cfg["batch"],
+                                    compute_workers=cfg["interposed_tasks"])
         self.sessions = [tf.compat.v1.Session("grpc://" + cfg["masters"][i],
                                               graph=self.work.graph)
                          for i in range(len(sets))]
@@ -66,9 +67,16 @@ class Runner:
             session.run(self.work.init)
 
     def step(self, which: int, **kwargs: Any) -> ClientStep | None:
-        tower_set = self.work.sets[which]
+        return self._run(self.work.sets[which], self.sessions[which], **kwargs)
+
+    def compute_step(self) -> ClientStep:
+        """A step of the compute reference: the interposed workers' towers on their own
+        copies of the model, no transfer (workloads.build's ``compute_workers``)."""
+        return self._run(self.work.compute, self.sessions[0])
+
+    def _run(self, tower_set: Any, session: Any, **kwargs: Any) -> ClientStep:
         t0 = time.time()
-        out = self.sessions[which].run(tower_set.fetches, **kwargs)
+        out = session.run(tower_set.fetches, **kwargs)
         t1 = time.time()
         stamps = out[-tower_set.num_timestamps:]
         return ClientStep("", t1 - t0, tuple(float(s) - t0 for s in stamps))
@@ -280,15 +288,25 @@ def run(cfg: dict) -> dict:
         for which in range(len(r.sessions)):
             r.step(which)
     clear_everywhere(cfg["ps_addresses"])
-    # comp: the slowest tower's finish with the fast profiling link (communication
-    # nearly free): the per-op sums of a trace miss fused and renamed ops, and a
-    # traced step is slower than a plain one. Measured once the step time has settled.
-    fast = settled_makespans(lambda: r.step(0).makespan, max(5, cfg["profile_steps"]))
+    # comp (the basis of the link rates and the simulator's compute): the slowest
+    # tower's finish over the fast profiling link, once the step time has settled: the
+    # per-op sums of a trace miss fused and renamed ops, and a traced step is slower
+    # than a plain one. It holds more than computation: the transfers' CPU and, in
+    # training, the pushes and the PS's update. compute_ref (E's comp, paper Eq. 4): the
+    # compute reference's step, every worker on its own copy of the parameters, no
+    # transfer (ResNet-50 training 207 ms against 521 ms over the fast link; VGG-16
+    # inference 311 against 378 ms, and TIC's shaped step 334 ms).
+    count = max(5, cfg["profile_steps"])
+    fast = settled_makespans(lambda: r.step(0).makespan, count)
+    local = settled_makespans(lambda: r.compute_step().makespan, count)
     graphs, compute, late, traced = r.profile()
     pushes = _pushes(cfg, r, graphs, traced)
     recv_names = {op.name for g in graphs.values() for op in g.recvs}
     traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, _median(fast))
+    compute_ref = _median(local)
+    compute_info = {"comp_s": comp, "compute_s": compute_ref, "fast_link_s": _median(fast),
+                    "trace_op_sum_s": traced_comp}
     # bytes: what each PS really served a worker per step while profiling (the gates
     # count every response). The trace's recv sizes count a tensor read over two edges
     # twice (ResNet-50 training: 180 MiB per worker against 90 MiB served), which put
@@ -296,8 +314,9 @@ def run(cfg: dict) -> dict:
     bytes_per_ps = served_bytes_per_ps(steps_everywhere(cfg["ps_addresses"]),
                                        cfg["ps_addresses"]) or \
         [max(a, b) for a, b in zip(traced_bytes, r.variable_bytes_per_ps())]
-    _progress(cfg, f"profiled: compute {comp * 1e3:.0f} ms per worker step (trace op sum "
-                   f"{traced_comp * 1e3:.0f} ms), parameters pulled per worker "
+    _progress(cfg, f"profiled: step over the fast link {comp * 1e3:.0f} ms (the rates' "
+                   f"comp), compute with no transfer {compute_ref * 1e3:.0f} ms (E's comp), "
+                   f"trace op sum {traced_comp * 1e3:.0f} ms; parameters pulled per worker "
                    f"{sum(bytes_per_ps) / 2**20:.1f} MiB over {cfg['ps']} PS")
     global_batch = cfg["batch"] * len(cfg["interposed_tasks"])
     runs = []
@@ -353,7 +372,7 @@ def run(cfg: dict) -> dict:
                     break
         results = {}
         for name in names:
-            summary = metrics.summarize(steps[name], global_batch, comp, comm)
+            summary = metrics.summarize(steps[name], global_batch, compute_ref, comm)
             if name not in (DIRECT, STOCK):  # (a bypassed gate records no step)
                 summary.update(metrics.rendezvous_counts(by_schedule[name]))
                 if name in controllers:
@@ -364,7 +383,7 @@ def run(cfg: dict) -> dict:
                                skips=None, matched=None)
             results[name] = summary
         runs.append({
-            "rate_bits": rate_bits, "comp_s": comp, "comm_s": comm,
+            "rate_bits": rate_bits, "comp_s": comp, "compute_s": compute_ref, "comm_s": comm,
             "comm_comp_ratio": comm / comp, "bytes_per_ps": bytes_per_ps,
             "schedules": results,
             "vs_default": metrics.compare(results, DIRECT) if DIRECT in results else {},
@@ -376,7 +395,8 @@ def run(cfg: dict) -> dict:
         })
         clear_everywhere(cfg["ps_addresses"])
     r.close()
-    return {"param_bytes": r.work.param_bytes, "global_batch": global_batch, "runs": runs}
+    return {"param_bytes": r.work.param_bytes, "global_batch": global_batch,
+            "compute": compute_info, "runs": runs}
 
 
 def _median(xs: list[float]) -> float:

@@ -12,9 +12,10 @@ tower's last output, on the worker itself). Definitions:
   ``100 * (slowest finish - fastest finish) / step time``; reported as the mean over
   steps. Zero with one worker.
 - measured efficiency E of a step (paper Eq. 4): ``(U - m) / (U - L)`` with
-  ``U = comp + comm``, ``L = max(comp, comm)`` from the oracle (comp: the profiled
-  compute time of one worker's iteration; comm: the step's parameter bytes over the
-  bottleneck link, see :func:`comm_seconds`) and ``m`` the step's makespan on the
+  ``U = comp + comm``, ``L = max(comp, comm)`` from the oracle (comp: the workers'
+  computation with no transfer, a step of the benchmark's compute reference, see
+  ``workloads.build``; comm: the step's parameter bytes over the bottleneck link, see
+  :func:`comm_seconds`) and ``m`` the step's makespan on the
   workers: the slowest tower's finish. Undefined (None) when U = L, and for a step whose
   makespan lies outside [L, U] (the oracle then does not bound the step: E would leave
   [0, 1]); the summary counts those steps and says why E is missing.

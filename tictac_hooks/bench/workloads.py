@@ -7,6 +7,11 @@ that holds the variable, update it with SGD (synchronous, as in the paper).
 Inference: the forward pass alone. Each tower ends in a ``tf.timestamp()`` on its
 worker that depends on the tower's last output: the client fetches it to know when
 each worker finished (straggler time, makespan).
+
+``compute_workers`` adds the compute reference: on each of those workers a tower of its
+own copy of the model, its variables on that worker, so that a step of these towers is
+the workers' computation with no transfer at all (the benchmark's comp; a step over a
+fast link still pays the transfers' CPU, 13 % of VGG-16's step on two cores).
 """
 
 from __future__ import annotations
@@ -57,12 +62,29 @@ class Workload:
     variables: list[Any]
     param_bytes: int
     all_variables: list[Any] = dataclasses.field(default_factory=list)
+    compute: TowerSet | None = None  # the towers on worker-local copies (compute_workers)
+
+
+def _tower(net: Any, variables: list, mode: str, x: Any, labels: Any) -> tuple[list, list]:
+    """The tower's last ops (what its timestamp waits for) and its gradients (training)."""
+    import tensorflow as tf
+    import tf_keras
+    if mode == "training":
+        logits = net(x, training=True)
+        loss = tf.reduce_mean(tf_keras.losses.sparse_categorical_crossentropy(labels, logits))
+        grads = tf.gradients(loss, variables)
+        return [g for g in grads if g is not None], grads
+    # A fetched scalar: Grappler turns compute that only feeds control edges into NoOps
+    # (it would never run).
+    return [tf.reduce_sum(net(x, training=False))], []
 
 
 def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: int,
-          batch: int, seed: int = 7, learning_rate: float = 1e-3) -> Workload:
+          batch: int, seed: int = 7, learning_rate: float = 1e-3,
+          compute_workers: Sequence[int] = ()) -> Workload:
     """One graph: the model's variables on the PS tasks and, for each worker set, one
-    tower per worker task of that set (the sets share the variables)."""
+    tower per worker task of that set (the sets share the variables); with
+    ``compute_workers``, the compute reference (module docstring)."""
     import os
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
@@ -80,25 +102,39 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
                 weights=None, input_shape=(side, side, 3), classes=CLASSES)
         variables = list(net.trainable_variables)
         all_variables = list(net.variables)
+
+        def _inputs(w: int) -> tuple[Any, Any]:  # worker w's synthetic batch
+            x = tf.random.uniform([batch, side, side, 3], seed=seed + w)
+            labels = tf.random.uniform([batch], maxval=CLASSES, dtype=tf.int32,
+                                       seed=seed + 100 + w)
+            return x, labels if mode == "training" else None
+
+        compute = None
+        if compute_workers:
+            lasts, stamps = [], []
+            for w in compute_workers:
+                with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"compute{w}"):
+                    local = getattr(tf_keras.applications, attr)(
+                        weights=None, input_shape=(side, side, 3), classes=CLASSES)
+                    last, _ = _tower(local, list(local.trainable_variables), mode,
+                                     *_inputs(w))
+                    # one fetched scalar that needs every gradient (see _tower), at the
+                    # cost of one element read from each
+                    value = last[0] if mode == "inference" else tf.add_n(
+                        [tf.reshape(g, [-1])[0] for g in last])
+                    with tf.control_dependencies([value]):
+                        stamps.append(tf.timestamp())
+                    lasts.append(value)
+            compute = TowerSet(list(compute_workers), lasts + stamps, len(stamps))
         sets = []
         for tasks in worker_sets:
             tower_grads, stamps, outputs = [], [], []
             for w in tasks:
                 with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"tower{w}"):
-                    x = tf.random.uniform([batch, side, side, 3], seed=seed + w)
+                    last, grads = _tower(net, variables, mode, *_inputs(w))
                     if mode == "training":
-                        labels = tf.random.uniform([batch], maxval=CLASSES, dtype=tf.int32,
-                                                   seed=seed + 100 + w)
-                        logits = net(x, training=True)
-                        loss = tf.reduce_mean(
-                            tf_keras.losses.sparse_categorical_crossentropy(labels, logits))
-                        grads = tf.gradients(loss, variables)
                         tower_grads.append(grads)
-                        last = [g for g in grads if g is not None]
                     else:
-                        # A fetched scalar: Grappler turns compute that only feeds
-                        # control edges into NoOps (it would never run).
-                        last = [tf.reduce_sum(net(x, training=False))]
                         outputs.append(last[0])
                     with tf.control_dependencies(last):
                         stamps.append(tf.timestamp())
@@ -116,4 +152,4 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
             sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
         init = tf.compat.v1.global_variables_initializer()
     param_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return Workload(graph, init, sets, variables, param_bytes, all_variables)
+    return Workload(graph, init, sets, variables, param_bytes, all_variables, compute)
