@@ -469,3 +469,14 @@ def test_gains_count_against_the_fastest_baseline_stock_included():
     line = next(t for t in targets([result]) if "@ 200mbit: throughput" in t)
     assert "tic +5.6 % (over the fastest of none, stock)" in line
     assert smallest_gain(run, "absent") is None
+
+
+def test_table_gives_the_wire_time_over_the_compute_reference():
+    from tictac_hooks.bench.report import text_table, wire_compute
+    result = _result()
+    run = result["runs"][0]
+    assert wire_compute(run) is None  # a result from before the compute reference
+    assert "| 100mbit | 1.00 | - | none |" in text_table([result])
+    run.update(comm_s=0.5, compute_s=0.2)
+    assert wire_compute(run) == pytest.approx(2.5)
+    assert "| 100mbit | 1.00 | 2.50 | none |" in text_table([result])

@@ -43,6 +43,15 @@ def smallest_gain(run: dict, name: str) -> float | None:
     return 100.0 * (sched[name]["throughput"] / max(base) - 1.0)
 
 
+def wire_compute(run: dict) -> float | None:
+    """The run's wire time over the compute reference's step (no transfer; E's comp).
+    comm/comp, the ratio the link rate was chosen by, divides by the step over the fast
+    profiling link, which also holds the transfers' CPU and, in training, the pushes
+    and the PS's update."""
+    compute = run.get("compute_s")
+    return run["comm_s"] / compute if compute and "comm_s" in run else None
+
+
 def _fmt(value: Any, spec: str, empty: str = "-") -> str:
     return empty if value is None else format(value, spec)
 
@@ -63,9 +72,10 @@ def text_table(results: Sequence[dict]) -> str:
         if not result["network"]["shaped"]:
             lines.append(f"**LOOPBACK FALLBACK, NOT A SHAPED NETWORK** "
                          f"({result['config']['label']}: {result['network'].get('reason')})\n")
-    lines += ["| config | link | comm/comp | schedule | samples/s | vs default | vs gate, no "
-              "order | median ms | p95 ms | CV | straggler % | E median | violations | matched |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| config | link | comm/comp | wire/compute | schedule | samples/s | vs default "
+              "| vs gate, no order | median ms | p95 ms | CV | straggler % | E median "
+              "| violations | matched |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for result, run, name, m, vs in _rows(results):
         gain = vs.get("throughput_gain_pct")
         same = same_path_gain(run, name)
@@ -74,7 +84,8 @@ def text_table(results: Sequence[dict]) -> str:
                 else "-")
         lines.append(
             f"| {result['config']['label']} b{result['config']['batch']} | {run['rate']} "
-            f"| {run['comm_comp_ratio']:.2f} | {name} | {m['throughput']:.1f} "
+            f"| {run['comm_comp_ratio']:.2f} | {_fmt(wire_compute(run), '.2f')} "
+            f"| {name} | {m['throughput']:.1f} "
             f"| {_fmt(gain, '+.1f')}{' %' if gain is not None else ''} "
             f"| {_fmt(same, '+.1f')}{' %' if same is not None else ''} "
             f"| {m['step_time_median'] * 1e3:.0f} | {m['step_time_p95'] * 1e3:.0f} "
