@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import statistics
 import sys
 
 import pytest
@@ -264,17 +265,20 @@ def test_unscheduled_transfers_are_listed_with_sizes_and_reasons():
 
 def test_compute_is_measured_once_the_step_time_has_settled():
     from tictac_hooks.bench.client import settled_makespans
-    # Start-up steps (allocation, kernel selection) are slow; the median of the last
-    # three settles at 1.0 and is what counts.
+    # Start-up steps (allocation, kernel selection) are slow; the median of three
+    # settles at 1.0 and is what counts.
     times = iter([3.0, 2.0, 1.6, 1.2, 1.0, 1.0, 1.0, 1.01, 0.99, 1.0, 1.0])
-    assert settled_makespans(lambda: next(times), 3) == [1.0, 1.0, 1.0]
-    # Already settled: no extra steps beyond one to see it.
+    assert settled_makespans(lambda: next(times), 3, steps=11) == [0.99, 1.0, 1.0]
+    # A plateau on the way down does not end it: the lower level counts.
+    plateau = iter([3.0, 1.3, 1.3, 1.3, 1.3, 1.3, 1.0, 1.0, 1.0, 1.0])
+    assert settled_makespans(lambda: next(plateau), 2, steps=10) == [1.0, 1.0]
+    # A slow spike after settling does not count; one fast step alone does not either.
+    spiky = iter([1.0, 1.0, 1.0, 1.6, 1.7, 0.2, 1.9, 1.8])
+    assert statistics.median(settled_makespans(lambda: next(spiky), 3, steps=8)) == 1.0
+    # The number of steps: as asked, and at least two windows.
     calls = []
-    assert settled_makespans(lambda: calls.append(1) or 1.0, 3) == [1.0] * 3
-    assert len(calls) == 4
-    # Never settling: bounded by `most`.
-    falling = iter(range(100, 0, -1))
-    assert len(settled_makespans(lambda: float(next(falling)) ** 3, 3, most=10)) == 3
+    assert settled_makespans(lambda: calls.append(1) or 1.0, 5, steps=4) == [1.0] * 5
+    assert len(calls) == 10
 
 
 def test_readme_block_is_generated_between_its_markers():

@@ -135,21 +135,17 @@ class Runner:
             s.close()
 
 
-def settled_makespans(step: Any, count: int, most: int = 15, within: float = 0.05
-                      ) -> list[float]:
-    """The last ``count`` of up to ``most`` steps: stepping goes on while the median of
-    the last ``count`` still falls by more than ``within`` (the first steps after
-    start-up pay for allocation and kernel selection: counting them made the compute
-    time, and so comm/comp and E, about 30 % too high on ResNet-50 training)."""
-    times = [step() for _ in range(count)]
-    best = _median(times[-count:])
-    while len(times) < most:
-        times.append(step())
-        now = _median(times[-count:])
-        if now > best * (1.0 - within):
-            break
-        best = now
-    return times[-count:]
+def settled_makespans(step: Any, count: int, steps: int = 15) -> list[float]:
+    """Of ``steps`` steps (at least ``2 * count``), the ``count`` consecutive ones with
+    the lowest median. The first steps after start-up pay for allocation and kernel
+    selection (counting them made the compute time, and so comm/comp and E, about 30 %
+    too high on ResNet-50 training), and the step time may stay on a plateau on the way
+    down: stopping at the first window that no longer fell measured ResNet-50 training
+    at 684 ms over the fast link, then 544 ms steps over a shaped one."""
+    times = [step() for _ in range(max(steps, 2 * count))]
+    start = min(range(len(times) - count + 1),  # the lowest window, the latest of equals
+                key=lambda i: (_median(times[i:i + count]), -i))
+    return times[start:start + count]
 
 
 def served_bytes_per_ps(records: Any, ps_addresses: list[str]) -> list[float] | None:
