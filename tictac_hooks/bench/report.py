@@ -288,7 +288,11 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
                    + (f"; gain over the gate with no order off by a median "
                       f"{off[len(off) // 2]:.1f} points (largest {off[-1]:.1f}) over "
                       f"{len(off)} order x ratio points" if off else ""))
-    out.append(f"- the sweep plots use the {best_model(rows)} model (smallest median |error|)")
+    labels = sorted({r["label"] for r in rows})
+    per_label = [f"{label}: {best_model([r for r in rows if r['label'] == label])}"
+                 for label in labels]
+    out.append(f"- the sweep plots use, per configuration, the model with the smallest "
+               f"median |error| on it ({'; '.join(per_label)})")
     return out
 
 
@@ -402,9 +406,11 @@ def write_report(paths: Sequence[str], out_dir: str) -> str:
     if predicted:
         md += ["", "## Simulated against measured step time", ""] + predicted
     md += ["", "## Plots", ""]
-    model = best_model(prediction_rows(results))
+    rows = prediction_rows(results)
     for label, runs in sweep_groups(results).items():
         name = f"sweep-{_slug(label)}.png"
+        # each configuration's plot with the model that fits it best
+        model = best_model([r for r in rows if r["label"] == label])
         _sweep_plot(plt, label, runs, model, os.path.join(out_dir, name))
         md.append(f"![{label}: gain against comm/comp]({name})")
     for result in results:
