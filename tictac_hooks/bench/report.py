@@ -15,9 +15,10 @@ import os
 import re
 from typing import Any, Sequence
 
-DEFAULT = "none"
-SAME_PATH = "rendezvous"  # the gate with no schedule: the same PS, workers and path
-STOCK = "stock"  # the gate bypassed: TensorFlow's own code, the same PS and workers
+from tictac_hooks.bench.client import DIRECT as DEFAULT  # TensorFlow's default, twin PS
+from tictac_hooks.bench.client import PASSTHROUGH as SAME_PATH  # the gate with no order
+from tictac_hooks.bench.client import STOCK  # the gate bypassed: the same PS and workers
+
 BASELINES = (DEFAULT, SAME_PATH, STOCK)
 TICTAC = ("tic", "tac")
 
@@ -217,6 +218,12 @@ def best_model(rows: Sequence[dict]) -> str | None:
     return min(models, key=median_abs) if models else None
 
 
+def best_models(rows: Sequence[dict]) -> dict[str, str | None]:
+    """Configuration label -> :func:`best_model` over that configuration's rows."""
+    return {label: best_model([r for r in rows if r["label"] == label])
+            for label in sorted({r["label"] for r in rows})}
+
+
 def ranking_agreement(rows: Sequence[dict], model: str) -> tuple[int, int]:
     """(order pairs the model ranks as measured, order pairs) over every run; pairs
     whose measured medians are within 1 % of each other are ties and not counted."""
@@ -288,9 +295,7 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
                    + (f"; gain over the gate with no order off by a median "
                       f"{off[len(off) // 2]:.1f} points (largest {off[-1]:.1f}) over "
                       f"{len(off)} order x ratio points" if off else ""))
-    labels = sorted({r["label"] for r in rows})
-    per_label = [f"{label}: {best_model([r for r in rows if r['label'] == label])}"
-                 for label in labels]
+    per_label = [f"{label}: {model}" for label, model in best_models(rows).items()]
     out.append(f"- the sweep plots use, per configuration, the model with the smallest "
                f"median |error| on it ({'; '.join(per_label)})")
     return out
@@ -406,12 +411,10 @@ def write_report(paths: Sequence[str], out_dir: str) -> str:
     if predicted:
         md += ["", "## Simulated against measured step time", ""] + predicted
     md += ["", "## Plots", ""]
-    rows = prediction_rows(results)
+    models = best_models(prediction_rows(results))  # each plot with its best fit
     for label, runs in sweep_groups(results).items():
         name = f"sweep-{_slug(label)}.png"
-        # each configuration's plot with the model that fits it best
-        model = best_model([r for r in rows if r["label"] == label])
-        _sweep_plot(plt, label, runs, model, os.path.join(out_dir, name))
+        _sweep_plot(plt, label, runs, models.get(label), os.path.join(out_dir, name))
         md.append(f"![{label}: gain against comm/comp]({name})")
     for result in results:
         for run in result["runs"]:

@@ -27,14 +27,13 @@ from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 
+WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
 
 
 def default_schedules(backend: str) -> tuple[str, ...]:
     """Every order and baseline; with the native backend also "stock" (the same PS and
     workers with the gate bypassed: TensorFlow's own code on TicTac's path)."""
     return SCHEDULES + ((STOCK,) if backend == "native" else ())
-
-WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
 
 
 @dataclasses.dataclass
