@@ -12,7 +12,7 @@ QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, bl
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from tictac_hooks.bench.client import OPTIONAL, SCHEDULES, STOCK
+    from tictac_hooks.bench.client import CHECKED, OPTIONAL, SCHEDULES, STOCK
     from tictac_hooks.enforce.cli import window_bytes_arg
     p = sub.add_parser(
         "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",
@@ -40,10 +40,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated subset of {','.join(SCHEDULES + (STOCK,))} "
                         "(default: all; stock, the same PS and workers with the native gate "
                         "bypassed, with the native backend only), and of "
-                        f"{','.join(o for o in OPTIONAL if o != STOCK)} (an order whose "
-                        "native-gate pacing aligns the workers of a step, serves them one "
-                        "after the other, or is off; plain names pace as TicTac does by "
-                        "default)")
+                        f"{','.join(o for o in OPTIONAL if o not in (STOCK, CHECKED))} (an "
+                        "order whose native-gate pacing aligns the workers of a step, serves "
+                        "them one after the other, or is off; plain names pace as TicTac "
+                        f"does by default), and {CHECKED} (TicTac's default: TIC and TAC "
+                        "checked against TensorFlow's order in block pairs, the faster kept "
+                        "or the schedule cleared; the blocks measure what was kept)")
+    p.add_argument("--check-rounds", type=int, default=None,
+                   help="schedule 'checked' (TicTac's order check, then what it kept): "
+                        "rounds of block pairs per candidate (default 3, as --tictac_check_rounds)")
+    p.add_argument("--check-block-steps", type=int, default=None,
+                   help="schedule 'checked': steps per check block (default 20)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")
@@ -76,8 +83,9 @@ def _bench(args: argparse.Namespace) -> int:
                     [s.strip() for s in args.schedules.split(",") if s.strip()],
                     loopback=args.loopback, timeout_s=args.timeout, backend=args.backend,
                     pin_workers=args.pin_workers)
-    if args.window_bytes is not None:
-        settings["window_bytes"] = args.window_bytes
+    for name in ("window_bytes", "check_rounds", "check_block_steps"):
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
     if args.quick:
         settings.update(QUICK)
     result = run(BenchConfig(**settings))

@@ -36,10 +36,17 @@ ALIGNED, FIFO, NOPACE = "-aligned", "-fifo", "-nopace"
 # so a difference between "none" and "rendezvous" can be put on the gate's code or on
 # the other path (the twin PS and the other worker tasks).
 STOCK = "stock"
-OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE) for a in ALGORITHMS) + (STOCK,)
+# "checked": what TicTac does by default after its switch (callbacks/order_check.py):
+# TIC and TAC each tried against TensorFlow's order in interleaved block pairs, the
+# faster kept, or the schedule cleared when neither is faster. The check runs once,
+# before the rotation; the blocks then measure what it decided.
+CHECKED = "checked"
+OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE) for a in ALGORITHMS) + (STOCK, CHECKED)
 
 
 def _algorithm(name: str) -> str:
+    if name == CHECKED:
+        return "tic"  # the product's default algorithm; the check also tries TAC
     return name.removesuffix(ALIGNED).removesuffix(FIFO).removesuffix(NOPACE)
 
 
@@ -184,10 +191,13 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     from tictac_hooks.callbacks.controller import Controller, Settings
     out = {}
     for name in names:
+        # The bench compares the orders itself; only "checked" runs TicTac's own check.
+        rounds = cfg.get("check_rounds", 3) if name == CHECKED else 0
         settings = Settings(algorithm=_algorithm(name), profile_steps=1, log_dir=None,
                             skip_timeout=cfg["skip_timeout"], stats_every=1,
-                            window_bytes=cfg["window_bytes"],
-                            check_rounds=0)  # the bench compares the orders itself
+                            window_bytes=cfg["window_bytes"], check_rounds=rounds,
+                            check_block_steps=cfg.get("check_block_steps", 20),
+                            recheck_every=0)
         controller = Controller(cfg["ps_addresses"], settings, install=True,
                                 training=cfg["mode"] == "training")
         if name.endswith((ALIGNED, FIFO)):
@@ -199,6 +209,31 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
         controller.suspend()
         out[name] = controller
     return out
+
+
+def _order_check(cfg: dict, r: "Runner", controller: Any) -> dict[str, Any]:
+    """Runs the "checked" controller's order check (its T and D blocks, step by step
+    as a frontend dispatches them) and returns what it decided, for the result."""
+    controller.resume()
+    t0, before = time.time(), len(controller.check_results)
+    for _ in range(controller.check.total_steps + 1):  # the step after the last decides
+        r.step(0)
+        controller.step_dispatched()
+        if len(controller.check_results) > before:
+            break
+    controller.suspend()
+    result = controller.check_result if len(controller.check_results) > before else None
+    if result is None:
+        raise RuntimeError("the order check of schedule 'checked' reached no decision")
+    info = {"decision": result["decision"], "kept": controller.kept_order,
+            "seconds": time.time() - t0, "steps": controller.check.total_steps,
+            "candidates": {c: spread.get("ratio_median")
+                           for c, spread in result["candidates"].items()}}
+    ratios = ", ".join(f"{c.upper()} {(v - 1) * 100:+.1f} %" for c, v in
+                       info["candidates"].items() if v is not None)
+    _progress(cfg, f"order check ({info['steps']} steps, {info['seconds']:.0f} s): {ratios} "
+                   f"vs TensorFlow's order; kept {info['kept'] or 'TensorFlow order'}")
+    return info
 
 
 def _pushes(cfg: dict, r: "Runner", graphs: dict, traced: list
@@ -238,8 +273,13 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     from tictac_hooks.bench.predict import MODELS, predictions
     if not controllers:
         return {}
-    orders = {n: c.orders() for n, c in controllers.items() if c.schedule is not None}
-    dags = next(iter(orders.values()))
+    orders = {n: c.orders() for n, c in controllers.items()
+              if c.schedule is not None and n != CHECKED}
+    dags = next(iter(orders.values()), None) or controllers[CHECKED].orders()
+    if CHECKED in controllers:  # the order its check kept, or TensorFlow's
+        kept = controllers[CHECKED].kept_order
+        orders[CHECKED] = controllers[CHECKED].orders(kept) if kept else \
+            [(g, None) for g, _ in dags]
     for name in names:
         if name in (DIRECT, PASSTHROUGH, STOCK):
             orders[name] = [(g, None) for g, _ in dags]
@@ -327,6 +367,7 @@ def run(cfg: dict) -> dict:
         _progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
                        f"comm/comp {comm / comp:.2f}")
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
+        check = _order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
         predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits,
                                {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes)
         for which in range(len(r.sessions)):  # settle at the new rate
@@ -374,6 +415,8 @@ def run(cfg: dict) -> dict:
                 if name in controllers:
                     summary["unscheduled"] = metrics.unscheduled_transfers(
                         by_schedule[name], late, recv_names)
+                if name == CHECKED:
+                    summary["check"] = check
             else:
                 summary.update(transfers=None, violations=None, violation_pct=None,
                                skips=None, matched=None)

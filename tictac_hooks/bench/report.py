@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from tictac_hooks.bench.client import DIRECT as DEFAULT  # TensorFlow's default, twin PS
 from tictac_hooks.bench.client import PASSTHROUGH as SAME_PATH  # the gate with no order
 from tictac_hooks.bench.client import STOCK  # the gate bypassed: the same PS and workers
+from tictac_hooks.bench.client import CHECKED  # TicTac's order check, then what it kept
 
 BASELINES = (DEFAULT, SAME_PATH, STOCK)
 TICTAC = ("tic", "tac")
@@ -176,9 +177,36 @@ def targets(results: Sequence[dict]) -> list[str]:
                         f"{'met' if g >= want else 'MISSED'}")
     if worst_slowdown:
         g, label, n = worst_slowdown
-        head.append(f"- worst TIC/TAC result vs default: {n} {g:+.1f} % on {label} "
-                    f"(target: never below -3 %): {'met' if g >= -3.0 else 'MISSED'}")
+        head.append(f"- worst TIC/TAC result vs default with the order check off: {n} "
+                    f"{g:+.1f} % on {label}")
+    head += checked_targets(results)
     return head + out
+
+
+def checked_targets(results: Sequence[dict]) -> list[str]:
+    """Schedule "checked" (TicTac's order check, then what it kept) against the
+    baselines: the target is never more than 1 % slower than TensorFlow's default."""
+    rows = []
+    for result in results:
+        for run in result["runs"]:
+            sched = run["schedules"]
+            if CHECKED not in sched:
+                continue
+            check = sched[CHECKED].get("check") or {}
+            stock = sched.get(STOCK, {}).get("throughput")
+            rows.append((smallest_gain(run, CHECKED),
+                         100.0 * (sched[CHECKED]["throughput"] / stock - 1) if stock else None,
+                         f"{result['config']['label']} @ {run['rate']}",
+                         check.get("kept") or "TensorFlow's order"))
+    if not rows:
+        return []
+    worst = min(rows, key=lambda r: r[0])
+    each = "; ".join(f"{label}: kept {kept}, {g:+.1f} % over the fastest baseline"
+                     + (f", {s:+.1f} % over stock" if s is not None else "")
+                     for g, s, label, kept in rows)
+    return [f"- with TicTac's order check on (schedule {CHECKED}): worst {worst[0]:+.1f} % on "
+            f"{worst[2]} (target: never more than 1 % slower than the default): "
+            f"{'met' if worst[0] >= -1.0 else 'MISSED'} ({each})"]
 
 
 def prediction_rows(results: Sequence[dict]) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ import tempfile
 import time
 from typing import Any, Callable, Sequence
 
+from tictac_hooks import flags as tictac_flags
 from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
@@ -58,6 +59,9 @@ class BenchConfig:
     loopback: bool = False
     backend: str = "native"
     pin_workers: bool = False  # worker k (of each set) on CPU k mod #CPUs
+    # schedule "checked": TicTac's order check, as its frontends run it by default
+    check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]
+    check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
 
     def __post_init__(self) -> None:
         if self.schedules is None:
@@ -69,7 +73,8 @@ class BenchConfig:
             raise ValueError(f"--mode must be one of {workloads.MODES}, got {self.mode!r}")
         for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("steps", 1, 10000),
                              ("block_steps", 1, 1000), ("warmup", 0, 100),
-                             ("profile_steps", 1, 20), ("settle_steps", 0, 10)):
+                             ("profile_steps", 1, 20), ("settle_steps", 0, 10),
+                             ("check_rounds", 1, 20), ("check_block_steps", 2, 200)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"--{name.replace('_', '-')} must be in {lo}..{hi}, got {value}")
@@ -166,6 +171,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             "block_steps": config.block_steps, "settle_steps": config.settle_steps,
             "warmup": config.warmup, "profile_steps": config.profile_steps,
             "skip_timeout": config.skip_timeout, "window_bytes": config.window_bytes,
+            "check_rounds": config.check_rounds, "check_block_steps": config.check_block_steps,
             "shaped": shaped,
             "out": os.path.join(tmp, "result.json"),
         }

@@ -345,6 +345,11 @@ class Controller:
 
     # --- the order check ---------------------------------------------------------------
     @property
+    def kept_order(self) -> str | None:
+        """The algorithm whose order runs after the last decision (None: TensorFlow's)."""
+        return self._decided
+
+    @property
     def check_result(self) -> dict[str, Any] | None:
         """The last order check's result (None before the first decision)."""
         return self.check_results[-1] if self.check_results else None
