@@ -125,7 +125,8 @@ def test_config_validation_and_rates():
                            "tic-nopace"]).validate()
     for bad in (dict(model="alexnet"), dict(workers=0), dict(schedules=["tic", "fifo"]),
                 dict(schedules=["stock", "tic"], backend="proxy"),
-                dict(schedules=["none-fifo"]),
+                dict(schedules=["none-fifo"]), dict(check_rounds=0),
+                dict(check_block_steps=1),
                 dict(bandwidth=["auto:x"]), dict(mode="eval")):
         with pytest.raises(ValueError):
             BenchConfig(**bad).validate()
@@ -225,7 +226,8 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     # Popen, for the pid that names the run's namespaces (checked removed below)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tictac_hooks.cli", "bench", "--quick", "--json", str(out),
-         "--schedules", "none,rendezvous,stock,tic,tac,random,layer"],
+         "--schedules", "none,rendezvous,stock,tic,tac,random,layer,checked",
+         "--check-rounds", "1", "--check-block-steps", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)
@@ -235,7 +237,7 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     result = json.loads(out.read_text())
     assert result["network"]["shaped"] is True
     assert set(result["schedules"]) == {"none", "rendezvous", "stock", "tic", "tac", "random",
-                                        "layer"}
+                                        "layer", "checked"}
     for name, m in result["schedules"].items():
         for key in ("throughput", "step_time_median", "step_time_p95", "step_time_cv",
                     "straggler_pct", "efficiency_median", "violations", "matched"):
@@ -244,6 +246,17 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     # the gate was bypassed for "stock" only: the orders after it were enforced again
     assert result["schedules"]["stock"]["matched"] is None
     assert result["schedules"]["tic"]["matched"] > 0.9
+    # "checked" ran TicTac's order check (1 round: a TIC and a TAC block pair, 3 steps
+    # each) and its blocks ran what it kept: that order enforced, or none at all
+    check = result["schedules"]["checked"]["check"]
+    assert check["steps"] == 12 and check["decision"] in ("tictac", "default"), check
+    assert set(check["candidates"]) == {"tic", "tac"}, check
+    assert (check["kept"] in ("tic", "tac")) == (check["decision"] == "tictac"), check
+    if check["kept"]:
+        assert result["schedules"]["checked"]["matched"] > 0.9
+    else:
+        assert not result["schedules"]["checked"]["matched"]
+    assert "[bench mobilenetv2/inference/W2/P1] order check (12 steps" in stderr
     assert "| mobilenetv2/inference/W2/P1" in stdout
     assert not [ns for ns in netns._namespaces() if ns.startswith(f"{netns.PREFIX}-")
                 and ns.split("-")[1] == str(proc.pid)]
@@ -475,6 +488,30 @@ def test_gains_count_against_the_fastest_baseline_stock_included():
     line = next(t for t in targets([result]) if "@ 200mbit: throughput" in t)
     assert "tic +5.6 % (over the fastest of none, stock)" in line
     assert smallest_gain(run, "absent") is None
+
+
+def test_checked_schedule_is_held_to_never_more_than_1_pct_slower():
+    from tictac_hooks.bench.report import checked_targets, targets
+    result = _sweep_result()
+    assert checked_targets([result]) == []  # no run had the schedule
+    fast, slow = result["runs"]  # none 1.0 / 2.0 s a step
+    for run, t, kept in ((fast, 1.005, None), (slow, 1.6, "tic")):
+        run["schedules"]["checked"] = metrics.summarize(
+            [ClientStep("checked", t, (t,) * 2)] * 4, 4, 0.5, 0.5)
+        run["schedules"]["checked"]["check"] = {"decision": "tictac" if kept else "default",
+                                                "kept": kept, "steps": 240,
+                                                "candidates": {"tic": 0.95, "tac": 0.9}}
+    line = checked_targets([result])[0]
+    assert line.startswith("- with TicTac's order check on (schedule checked): worst -0.5 % "
+                           "on resnet50/training/W2/P1 @ 200mbit")
+    assert ": met (" in line and "kept TensorFlow's order, -0.5 %" in line
+    # 60 steps each at 1/0.95 and 1/0.9 of TensorFlow's step time, every 5000 + 240 steps
+    cost = 100 * 60 * (1 / 0.95 - 1 + 1 / 0.9 - 1) / 5240
+    assert f"the check itself {cost:+.2f} % of the time over 5000 steps" in line
+    assert "kept tic, +25.0 % over the fastest baseline" in line
+    fast["schedules"]["checked"]["throughput"] *= 0.98  # now 2.5 % slower than the default
+    assert ": MISSED (" in checked_targets([result])[0]
+    assert checked_targets([result])[0] in targets([result])
 
 
 def test_table_gives_the_wire_time_over_the_compute_reference():
