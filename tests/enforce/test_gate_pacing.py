@@ -147,3 +147,68 @@ def test_align_setting_is_checked(lib_path):
     with pytest.raises(ScheduleError, match="align must be 1"):
         d.gate.control("configure", "align\tyes\norder\n")
     d.gate.close()
+
+
+def _conserve(d, after_s):
+    return d.gate.control("configure", f"conserve_after_s\t{after_s}\norder\n")
+
+
+def test_strict_order_holds_a_ready_transfer_while_the_link_idles(lib_path):
+    # Work conservation off (the default): b is ready, a (its turn) never asked for;
+    # b waits for the skip timer, however idle the link.
+    d = Driver(lib_path, skip_after_s=0.4)
+    d.install(["a", "b"], pace_rate=1e6, window=0)
+    assert d.gate.control("configure", "")["conserve_after_s"] is None
+    t0 = time.monotonic()
+    d.send(11, "b", 10)
+    assert d.wait_for(["b"])
+    assert d.times["b"] - t0 >= 0.35
+    (rec,) = d.gate.control("stats", "active")["steps"]
+    assert [s["name"] for s in rec["skipped"]] == ["a"], rec
+    d.gate.close()
+
+
+def test_work_conservation_sends_a_ready_transfer_once_the_link_idled(lib_path):
+    d = Driver(lib_path, skip_after_s=2.0)
+    d.install(["a", "b", "c"], pace_rate=1e6, window=0)
+    assert _conserve(d, 0.05)["conserve_after_s"] == 0.05
+    t0 = time.monotonic()
+    d.send(12, "b", 10)  # a, whose turn it is, is not requested: b goes after 50 ms
+    assert d.wait_for(["b"])
+    assert 0.04 <= d.times["b"] - t0 < 0.5, d.times["b"] - t0
+    d.send(12, "a", 10)
+    d.send(12, "c", 10)
+    assert d.wait_for(["a", "c"])
+    (rec,) = d.gate.control("stats", "active")["steps"]
+    assert rec["order"] == ["b", "a", "c"] and rec["skips"] == 0, rec
+    assert rec["reordered"] == 1
+    assert d.gate.control("configure", "")["totals"]["out_of_turn"] == 1
+    d.gate.close()
+
+
+def test_work_conservation_keeps_the_order_while_the_link_is_busy(lib_path):
+    # a occupies the link for 0.1 s; c is ready but b (its turn before c) is asked for
+    # only at 30 ms: the link never idled, so b still goes before c.
+    d = Driver(lib_path, skip_after_s=2.0)
+    d.install(["a", "b", "c"], pace_rate=1e6, window=0)
+    _conserve(d, 0.05)
+    d.send(13, "a", 100_000)
+    d.send(13, "c", 10)
+    time.sleep(0.03)
+    d.send(13, "b", 10)
+    assert d.wait_for(["a", "b", "c"])
+    (rec,) = d.gate.control("stats", "active")["steps"]
+    assert rec["order"] == ["a", "b", "c"], rec
+    assert "out_of_turn" not in d.gate.control("configure", "")["totals"]
+    d.gate.close()
+
+
+def test_work_conservation_setting_is_checked_and_turns_off(lib_path):
+    from tictac_hooks.graph.schedule import ScheduleError
+    d = Driver(lib_path)
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(ScheduleError, match="conserve_after_s must be"):
+            _conserve(d, bad)
+    assert _conserve(d, 0)["conserve_after_s"] == 0
+    assert _conserve(d, "off")["conserve_after_s"] is None
+    d.gate.close()

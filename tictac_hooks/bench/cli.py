@@ -42,8 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "bypassed, with the native backend only), and of "
                         f"{','.join(o for o in OPTIONAL if o not in (STOCK, CHECKED))} (an "
                         "order whose native-gate pacing aligns the workers of a step, serves "
-                        "them one after the other, or is off; plain names pace as TicTac "
-                        f"does by default), and {CHECKED} (TicTac's default: TIC and TAC "
+                        "them one after the other, or is off, or with the gate's work "
+                        "conservation on; plain names pace as TicTac does by default), and "
+                        f"{CHECKED} (TicTac's default: TIC and TAC "
                         "checked against TensorFlow's order in block pairs, the faster kept "
                         "or the schedule cleared; the blocks measure what was kept)")
     p.add_argument("--check-rounds", type=int, default=None,
@@ -51,6 +52,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rounds of block pairs per candidate (default 3, as --tictac_check_rounds)")
     p.add_argument("--check-block-steps", type=int, default=None,
                    help="schedule 'checked': steps per check block (default 20)")
+    p.add_argument("--conserve-after", dest="conserve_after_s", type=float, default=None,
+                   metavar="S", help="schedules '<order>-wc': the native gate hands a ready "
+                   "transfer out of turn once the link has idled S seconds (default 0.002)")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="the rendezvous's look-ahead window (default 1048576; 0: scheduled "
                         "transfers strictly one at a time)")
@@ -83,7 +87,7 @@ def _bench(args: argparse.Namespace) -> int:
                     [s.strip() for s in args.schedules.split(",") if s.strip()],
                     loopback=args.loopback, timeout_s=args.timeout, backend=args.backend,
                     pin_workers=args.pin_workers)
-    for name in ("window_bytes", "check_rounds", "check_block_steps"):
+    for name in ("window_bytes", "check_rounds", "check_block_steps", "conserve_after_s"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     if args.quick:

@@ -31,6 +31,9 @@ SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
 # serves them one after the other, whatever the mode; "tic-nopace" does not pace (each
 # transfer handed to gRPC when its turn comes, however many are on the wire).
 ALIGNED, FIFO, NOPACE = "-aligned", "-fifo", "-nopace"
+# "tic-wc": paced as "tic", with the native gate's work conservation on (gate.h): a
+# ready transfer goes out of turn once the link has idled conserve_after_s.
+WC = "-wc"
 # "stock": the interposed set with every native gate bypassed (the `bypass 1` control
 # verb): TensorFlow's own RecvTensor code in the same PS processes, workers and links,
 # so a difference between "none" and "rendezvous" can be put on the gate's code or on
@@ -41,13 +44,14 @@ STOCK = "stock"
 # faster kept, or the schedule cleared when neither is faster. The check runs once,
 # before the rotation; the blocks then measure what it decided.
 CHECKED = "checked"
-OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE) for a in ALGORITHMS) + (STOCK, CHECKED)
+OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE, WC) for a in ALGORITHMS) + (STOCK,
+                                                                                  CHECKED)
 
 
 def _algorithm(name: str) -> str:
     if name == CHECKED:
         return "tic"  # the product's default algorithm; the check also tries TAC
-    return name.removesuffix(ALIGNED).removesuffix(FIFO).removesuffix(NOPACE)
+    return name.removesuffix(ALIGNED).removesuffix(FIFO).removesuffix(NOPACE).removesuffix(WC)
 
 
 def _progress(cfg: dict, message: str) -> None:
@@ -314,6 +318,16 @@ def _bypass(addresses: list[str], on: bool) -> None:
             gate.call("bypass", "1" if on else "0")
 
 
+def _conserve(addresses: list[str], after_s: float | None) -> None:
+    """Turns the native gate's work conservation on (``after_s`` seconds) or off (None)
+    on every PS (the "-wc" schedules)."""
+    from tictac_hooks.enforce.client import connect
+    value = "off" if after_s is None else repr(float(after_s))
+    for address in addresses:
+        with connect(address, backend="native") as gate:
+            gate.call("configure", f"conserve_after_s\t{value}\n")
+
+
 def run(cfg: dict) -> dict:
     from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
     r = Runner(cfg)
@@ -384,6 +398,8 @@ def run(cfg: dict) -> dict:
                     controllers[name].resume()
                 if name == STOCK:
                     _bypass(cfg["ps_addresses"], True)
+                if name.endswith(WC):
+                    _conserve(cfg["ps_addresses"], cfg.get("conserve_after_s", 0.002))
                 for _ in range(cfg["settle_steps"]):
                     r.step(which)
                 b0 = time.time()
@@ -395,6 +411,8 @@ def run(cfg: dict) -> dict:
                     controllers[name].suspend()
                 if name == STOCK:
                     _bypass(cfg["ps_addresses"], False)
+                if name.endswith(WC):
+                    _conserve(cfg["ps_addresses"], None)
             for s in steps_everywhere(cfg["ps_addresses"]):
                 rv_records[(s.ps, s.step_id, s.worker)] = s
             line = ", ".join(f"{n} {_median([s.step_time for s in steps[n]]):.3f}"

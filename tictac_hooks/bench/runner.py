@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.bench import workloads
-from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK
+from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK, WC
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 
 WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
@@ -62,6 +62,7 @@ class BenchConfig:
     # schedule "checked": TicTac's order check, as its frontends run it by default
     check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]
     check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
+    conserve_after_s: float = 0.002  # the "-wc" schedules' idle bound (gate.h)
 
     def __post_init__(self) -> None:
         if self.schedules is None:
@@ -89,6 +90,13 @@ class BenchConfig:
         if STOCK in self.schedules and self.backend != "native":
             raise ValueError(f"schedule {STOCK!r} bypasses the native gate: it needs "
                              "--backend native")
+        native_only = [s for s in self.schedules if s.endswith(WC)]
+        if native_only and self.backend != "native":
+            raise ValueError(f"schedules {','.join(native_only)} use the native gate's work "
+                             "conservation: they need --backend native")
+        if not 0 <= self.conserve_after_s <= 1:
+            raise ValueError(f"--conserve-after must be in 0..1 seconds, got "
+                             f"{self.conserve_after_s}")
 
     @property
     def label(self) -> str:
@@ -172,6 +180,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             "warmup": config.warmup, "profile_steps": config.profile_steps,
             "skip_timeout": config.skip_timeout, "window_bytes": config.window_bytes,
             "check_rounds": config.check_rounds, "check_block_steps": config.check_block_steps,
+            "conserve_after_s": config.conserve_after_s,
             "shaped": shaped,
             "out": os.path.join(tmp, "result.json"),
         }

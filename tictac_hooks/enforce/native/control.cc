@@ -129,6 +129,7 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
     int presume = -1;
     int64_t pace_window = -1;
     int align = -1;
+    double conserve = -2;
     for (const auto& [k, v] : head) {
       if (k == "algorithm") {
         algorithm = v;
@@ -163,13 +164,22 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
           return false;
         }
         align = v == "1";
+      } else if (k == "conserve_after_s") {
+        if (v == "off") {
+          conserve = -1;
+        } else if (!ParseDouble(v, &conserve) || conserve < 0) {
+          *reply = "conserve_after_s must be a number of seconds >= 0 (work conservation "
+                   "on) or 'off', got '" + v + "'";
+          return false;
+        }
       } else {
         *reply = "unknown control setting '" + k + "'";
         return false;
       }
     }
-    if ((skip > 0 || presume >= 0 || pace_rate >= 0 || pace_window >= 0 || align >= 0) &&
-        !gate->Configure(skip, presume, reply, pace_rate, pace_window, align))
+    if ((skip > 0 || presume >= 0 || pace_rate >= 0 || pace_window >= 0 || align >= 0 ||
+         conserve > -1.5) &&
+        !gate->Configure(skip, presume, reply, pace_rate, pace_window, align, conserve))
       return false;
     if (verb == "configure") {
       *reply = gate->SummaryJson();

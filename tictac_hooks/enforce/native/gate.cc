@@ -296,7 +296,8 @@ int64_t Gate::Clear() {
 }
 
 bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string* error,
-                     double pace_rate, int64_t pace_window, int align) {
+                     double pace_rate, int64_t pace_window, int align,
+                     double conserve_after_s) {
   if (skip_after_s > 0 && !std::isfinite(skip_after_s)) {
     *error = "skip_after_s must be a finite number of seconds > 0";
     return false;
@@ -311,6 +312,7 @@ bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string*
   if (pace_rate >= 0) opt_.pace_rate = pace_rate;
   if (pace_window >= 0) opt_.pace_window = pace_window;
   if (align >= 0) opt_.align = align != 0;
+  if (conserve_after_s > -1.5) opt_.conserve_after_s = conserve_after_s < 0 ? -1 : conserve_after_s;
   return true;
 }
 
@@ -328,11 +330,42 @@ bool Gate::Paced() {
   const double now = SteadyNow();
   const double over = Backlog(now) - static_cast<double>(opt_.pace_window);
   if (over <= 0) return false;
-  const double when = now + over / opt_.pace_rate;
-  if (pace_deadline_ == 0 || when < pace_deadline_) {
-    pace_deadline_ = when;
+  WakeAt(now + over / opt_.pace_rate);
+  return true;
+}
+
+void Gate::WakeAt(double steady_when) {
+  if (pace_deadline_ == 0 || steady_when < pace_deadline_) {
+    pace_deadline_ = steady_when;
     cv_.notify_all();
   }
+}
+
+bool Gate::Conserve(Runs* runs) {
+  if (opt_.conserve_after_s < 0) return false;
+  Channel* pick = nullptr;
+  int64_t pick_seq = 0;
+  for (auto& [step, chans] : steps_) {
+    const int64_t seq = step_seq_[step];
+    for (auto& [dest, ch] : chans) {
+      if (ch->waiters.empty()) continue;
+      if (pick == nullptr || seq < pick_seq ||
+          (seq == pick_seq && ch->waiters.front()->priority - ch->counter <
+                                  pick->waiters.front()->priority - pick->counter)) {
+        pick = ch.get();
+        pick_seq = seq;
+      }
+    }
+  }
+  if (pick == nullptr) return false;
+  const double when =
+      std::max(drain_at_, pick->waiters.front()->t_wait) + opt_.conserve_after_s;
+  if (SteadyNow() < when) {
+    WakeAt(when);
+    return false;
+  }
+  totals_["out_of_turn"] += 1;
+  HandBackFront(pick, runs);
   return true;
 }
 
@@ -351,7 +384,10 @@ void Gate::ServePaced(Runs* runs) {
         }
       }
     }
-    if (best == nullptr) return;
+    if (best == nullptr) {
+      if (Conserve(runs)) continue;
+      return;
+    }
     HandBackFront(best, runs);
   }
 }
@@ -451,6 +487,7 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
         HandBackNow(ch, t, &runs);
       } else {
         t->seq = next_seq_++;
+        t->t_wait = SteadyNow();
         ch->waiters.push_back(t);
         std::push_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
       }
@@ -471,6 +508,8 @@ std::string Gate::SummaryLocked() {
     << ",\"window_bytes\":" << (opt_.pace_rate > 0 ? opt_.pace_window : 0)
     << ",\"pace_rate\":" << JsonNum(opt_.pace_rate)
     << ",\"align\":" << (opt_.align ? "true" : "false")
+    << ",\"conserve_after_s\":"
+    << (opt_.conserve_after_s < 0 ? std::string("null") : JsonNum(opt_.conserve_after_s))
     << ",\"skip_after_s\":" << JsonNum(opt_.skip_after_s)
     << ",\"active_steps\":" << steps_.size() << ",\"history\":" << history_.size()
     << ",\"served_names\":" << served_.size() << ",\"totals\":{";
@@ -567,7 +606,11 @@ std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) 
 
 void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
   t->t_handback = Now();
-  if (opt_.pace_rate > 0) backlog_bytes_ = Backlog(SteadyNow()) + t->nbytes;
+  if (opt_.pace_rate > 0) {
+    const double now = SteadyNow();
+    backlog_bytes_ = Backlog(now) + t->nbytes;
+    drain_at_ = now + backlog_bytes_ / opt_.pace_rate;
+  }
   if (t->state == State::kListed) {
     t->rseq = next_seq_++;
     if (!ch->done.count(t->name)) {

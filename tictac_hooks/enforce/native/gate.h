@@ -21,6 +21,13 @@
 // with align off the first destination by device name, so the destinations are served
 // one after the other (their pulls, and so their compute and gradient pushes, are
 // staggered).
+// Work conservation (opt-in, conserve_after_s >= 0, with pacing): a strict order holds
+// the link idle while the transfer whose turn came has not been requested yet (on a
+// fast link the workers' requests, not the wire, set the pace, and every enforced
+// order measured slower than none). With it on, once the link has been idle and a
+// ready transfer has waited conserve_after_s, the waiter with the earliest priority of
+// the oldest step goes out of turn (it counts as handed back; the record shows it as
+// reordered), so the order only holds while the link has work.
 // Never waits forever: when the counter stands still for skip_after_s while a later
 // transfer waits, the transfer it waits for is skipped ("slow" if its request came,
 // "timeout" if not); one skipped for not coming in presume_absent_after consecutive
@@ -60,6 +67,7 @@ struct Options {
   double pace_rate = 0;             // bytes/s of the PS's link; 0: no pacing
   int64_t pace_window = 256 << 10;  // backlog (bytes) up to which the next one goes
   bool align = true;                // within a step, the furthest-behind destination first
+  double conserve_after_s = -1;     // work conservation (see above); < 0: off
 };
 
 // One schedule entry: transfer name and its global priority.
@@ -86,6 +94,7 @@ struct Ticket {
   int64_t seq = 0;
   int64_t rseq = -1;  // hand-back order among listed transfers, gate-wide
   double t_arrive = 0, t_ready = 0, t_handback = 0;
+  double t_wait = 0;  // steady clock: when it joined the waiters
   int64_t nbytes = 0;
   std::string error;
   Channel* channel = nullptr;  // valid while the step is active (guarded by the gate)
@@ -111,8 +120,10 @@ class Gate {
   // *error for a bound that is not finite.
   // pace_rate >= 0 (bytes/s, 0: off) and pace_window >= 0 (bytes) when not negative.
   // align: 1 aligned, 0 the destinations of a step one after the other, -1 unchanged.
+  // conserve_after_s: >= 0 on (seconds), -1 off, -2 unchanged.
   bool Configure(double skip_after_s, int presume_absent_after, std::string* error,
-                 double pace_rate = -1, int64_t pace_window = -1, int align = -1);
+                 double pace_rate = -1, int64_t pace_window = -1, int align = -1,
+                 double conserve_after_s = -2);
 
   // The transfer path. Arrive when the request is parsed; Ready when the response is
   // produced, with the closure that hands it to gRPC. The closure runs exactly once,
@@ -148,6 +159,7 @@ class Gate {
   void OnPace(Runs* runs);
   bool Pacing() const { return opt_.pace_rate > 0; }
   void ServePaced(Runs* runs);        // hands back, while the link has room, gate-wide
+  bool Conserve(Runs* runs);          // out of turn when the link idles (see above)
   void Finish(Channel* ch, Runs* runs);
   std::string SummaryLocked();
   void TimerLoop();
@@ -176,6 +188,8 @@ class Gate {
   std::map<std::string, int64_t> totals_;
   double backlog_bytes_ = 0, backlog_time_ = 0;  // the virtual queue (steady clock)
   double pace_deadline_ = 0;                     // steady; 0: nothing held by pacing
+  double drain_at_ = 0;                          // steady: when the virtual queue empties
+  void WakeAt(double steady_when);               // the timer runs OnPace then
   std::atomic<bool> bypass_{false};
 };
 
