@@ -201,6 +201,19 @@ def check_cost_pct(check: dict, recheck_every: int = RECHECK_EVERY) -> float | N
     return 100.0 * extra / (recheck_every + steps)
 
 
+def round_gains(run: dict, name: str, base: str, block_steps: int) -> list[float]:
+    """Per round, the throughput gain (%) of ``name``'s block over ``base``'s block of
+    the same round (block medians; each schedule runs one block per round, so the
+    pairs are neighbours in time)."""
+    import statistics
+    a, b = run.get("step_times", {}).get(name), run.get("step_times", {}).get(base)
+    if not a or not b or block_steps < 1:
+        return []
+    blocks = lambda ts: [ts[i:i + block_steps] for i in range(0, len(ts), block_steps)]
+    return [100.0 * (statistics.median(y) / statistics.median(x) - 1.0)
+            for x, y in zip(blocks(a), blocks(b)) if x and y]
+
+
 def checked_targets(results: Sequence[dict]) -> list[str]:
     """Schedule "checked" (TicTac's order check, then what it kept) against the
     baselines: the target is never more than 1 % slower than TensorFlow's default."""
@@ -212,18 +225,30 @@ def checked_targets(results: Sequence[dict]) -> list[str]:
                 continue
             check = sched[CHECKED].get("check") or {}
             stock = sched.get(STOCK, {}).get("throughput")
+            base = [b for b in BASELINES if sched.get(b, {}).get("throughput")]
+            fastest = max(base, key=lambda b: sched[b]["throughput"]) if base else None
+            pairs = round_gains(run, CHECKED, fastest, result["config"].get("block_steps", 0)) \
+                if fastest else []
             rows.append((smallest_gain(run, CHECKED),
                          100.0 * (sched[CHECKED]["throughput"] / stock - 1) if stock else None,
                          f"{result['config']['label']} @ {run['rate']}",
-                         check.get("kept") or "TensorFlow's order", check_cost_pct(check)))
+                         check.get("kept") or "TensorFlow's order", check_cost_pct(check),
+                         (fastest, pairs)))
     if not rows:
         return []
     worst = min(rows, key=lambda r: r[0])
+    def per_round(fastest: str | None, pairs: list[float]) -> str:
+        if len(pairs) < 2:
+            return ""
+        import statistics
+        return (f" (per round against {fastest}: median {statistics.median(pairs):+.1f} %, "
+                f"{min(pairs):+.1f} to {max(pairs):+.1f} % over {len(pairs)} rounds)")
     each = "; ".join(f"{label}: kept {kept}, {g:+.1f} % over the fastest baseline"
+                     + per_round(*rounds)
                      + (f", {s:+.1f} % over stock" if s is not None else "")
                      + (f", the check itself {c:+.2f} % of the time over "
                         f"{RECHECK_EVERY} steps" if c is not None else "")
-                     for g, s, label, kept, c in rows)
+                     for g, s, label, kept, c, rounds in rows)
     return [f"- with TicTac's order check on (schedule {CHECKED}): worst {worst[0]:+.1f} % on "
             f"{worst[2]} (target: never more than 1 % slower than the default): "
             f"{'met' if worst[0] >= -1.0 else 'MISSED'} ({each})"]
