@@ -196,11 +196,11 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     out = {}
     for name in names:
         # The bench compares the orders itself; only "checked" runs TicTac's own check.
-        rounds = cfg.get("check_rounds", 3) if name == CHECKED else 0
+        rounds = cfg["check_rounds"] if name == CHECKED else 0
         settings = Settings(algorithm=_algorithm(name), profile_steps=1, log_dir=None,
                             skip_timeout=cfg["skip_timeout"], stats_every=1,
                             window_bytes=cfg["window_bytes"], check_rounds=rounds,
-                            check_block_steps=cfg.get("check_block_steps", 20),
+                            check_block_steps=cfg["check_block_steps"],
                             recheck_every=0)
         controller = Controller(cfg["ps_addresses"], settings, install=True,
                                 training=cfg["mode"] == "training")
@@ -310,22 +310,24 @@ def _rotation(names: list[str], round_index: int) -> list[str]:
     return order[::-1] if round_index % 2 else order
 
 
-def _bypass(addresses: list[str], on: bool) -> None:
-    """Bypasses (or restores) the native gate of every PS (schedule "stock")."""
+def _call_every(addresses: list[str], verb: str, arg: str) -> None:
+    """Sends one control verb to the native gate of every PS."""
     from tictac_hooks.enforce.client import connect
     for address in addresses:
         with connect(address, backend="native") as gate:
-            gate.call("bypass", "1" if on else "0")
+            gate.call(verb, arg)
+
+
+def _bypass(addresses: list[str], on: bool) -> None:
+    """Bypasses (or restores) the native gate of every PS (schedule "stock")."""
+    _call_every(addresses, "bypass", "1" if on else "0")
 
 
 def _conserve(addresses: list[str], after_s: float | None) -> None:
     """Turns the native gate's work conservation on (``after_s`` seconds) or off (None)
     on every PS (the "-wc" schedules)."""
-    from tictac_hooks.enforce.client import connect
     value = "off" if after_s is None else repr(float(after_s))
-    for address in addresses:
-        with connect(address, backend="native") as gate:
-            gate.call("configure", f"conserve_after_s\t{value}\n")
+    _call_every(addresses, "configure", f"conserve_after_s\t{value}\n")
 
 
 def run(cfg: dict) -> dict:
@@ -399,7 +401,7 @@ def run(cfg: dict) -> dict:
                 if name == STOCK:
                     _bypass(cfg["ps_addresses"], True)
                 if name.endswith(WC):
-                    _conserve(cfg["ps_addresses"], cfg.get("conserve_after_s", 0.002))
+                    _conserve(cfg["ps_addresses"], cfg["conserve_after_s"])
                 for _ in range(cfg["settle_steps"]):
                     r.step(which)
                 b0 = time.time()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 from typing import Any, Sequence
 
 from tictac_hooks.bench.client import DIRECT as DEFAULT  # TensorFlow's default, twin PS
@@ -205,7 +206,6 @@ def round_gains(run: dict, name: str, base: str, block_steps: int) -> list[float
     """Per round, the throughput gain (%) of ``name``'s block over ``base``'s block of
     the same round (block medians; each schedule runs one block per round, so the
     pairs are neighbours in time)."""
-    import statistics
     a, b = run.get("step_times", {}).get(name), run.get("step_times", {}).get(base)
     if not a or not b or block_steps < 1:
         return []
@@ -240,7 +240,6 @@ def checked_targets(results: Sequence[dict]) -> list[str]:
     def per_round(fastest: str | None, pairs: list[float]) -> str:
         if len(pairs) < 2:
             return ""
-        import statistics
         return (f" (per round against {fastest}: median {statistics.median(pairs):+.1f} %, "
                 f"{min(pairs):+.1f} to {max(pairs):+.1f} % over {len(pairs)} rounds)")
     each = "; ".join(f"{label}: kept {kept}, {g:+.1f} % over the fastest baseline"
