@@ -126,7 +126,7 @@ def test_config_validation_and_rates():
     for bad in (dict(model="alexnet"), dict(workers=0), dict(schedules=["tic", "fifo"]),
                 dict(schedules=["stock", "tic"], backend="proxy"),
                 dict(schedules=["none-fifo"]), dict(check_rounds=0),
-                dict(check_block_steps=1),
+                dict(check_block_steps=1), dict(check_block_steps=2),
                 dict(bandwidth=["auto:x"]), dict(mode="eval")):
         with pytest.raises(ValueError):
             BenchConfig(**bad).validate()

@@ -182,7 +182,10 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
     expected = [True] + [plan.scheduled_block(n) for n in range(plan.total_steps)]
     assert [v is not None for v in during] == expected, versions
     decision = summary["check"]["decision"]
-    assert decision in (order_check.TICTAC, order_check.DEFAULT, None)
+    # Every block leaves a measured step, so each round gives one pair and the check
+    # decides (None would mean a block measured nothing).
+    assert decision in (order_check.TICTAC, order_check.DEFAULT), summary["check"]
+    assert summary["check"]["pairs"] == ROUNDS, summary["check"]
     kept = decision != order_check.DEFAULT
     assert all((v is not None) == kept for v in versions[-AFTER_CHECK:]), versions
 

@@ -33,6 +33,32 @@ def test_plan_alternates_tictac_and_default_blocks_and_checks_its_arguments():
     assert CheckPlan(rounds=0, block_steps=0).total_steps == 0
 
 
+def test_a_block_needs_three_steps_because_its_first_and_last_are_not_measured():
+    """A block's first step straddles the order change; its last holds the next block's
+    install, a pause, so the step log gives it no step time. Two-step blocks would
+    measure nothing (the check could only ever be inconclusive), so they are refused
+    by the plan and by every frontend's settings, with the reason."""
+    with pytest.raises(ValueError, match=r"block_steps must be >= 3 .*straddles"):
+        CheckPlan(rounds=1, block_steps=2)
+    from tictac_hooks.callbacks.controller import Settings
+    with pytest.raises(ValueError, match="check_block_steps"):
+        Settings.resolve(check_block_steps=2)
+    # What the PS and the step log make of 3-step blocks: per block one measured step.
+    def block(phase, x, order=None):
+        return [(phase, x, 0.0, order), (phase, x, 0.0, order), (phase, None, 0.01, order)]
+    pattern = (block(SCHEDULED, 1.0, "tic") + block(CHECK, 2.0)) * 2
+    recs, t = [], 0.0
+    for i, (phase, x, paused, order) in enumerate(pattern):
+        recs.append(WorkerStep(W0, i, t, x, 0.0, phase, paused_s=paused, order=order))
+        t += x or 1.0
+    r = decide(recs, CheckPlan(2, 3), "tic")
+    assert r["decision"] == order_check.TICTAC and r["pairs"] == 2
+    # The same records cut to two-step blocks (the straddling step and the paused one)
+    # leave no measured step, hence no pair.
+    two = [rec for rec in recs if rec.step % 3 != 1]
+    assert decide(two, CheckPlan(2, 3), "tic")["decision"] is None
+
+
 def test_each_run_drops_its_straddling_first_step_and_pairs_default_with_the_tictac_before():
     recs = steps(W0, [(PROFILING, [9.0, 9.0]),            # before the switch: ignored
                       (SCHEDULED, [5.0, 1.0, 1.0, 1.2]),  # 5.0 straddles the switch
@@ -68,10 +94,10 @@ def test_no_pair_means_no_decision_and_says_why():
 
 
 def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
-    plan = CheckPlan(rounds=2, block_steps=2, candidates=("tic", "tac"))
-    assert plan.total_steps == 16
-    assert [plan.block(n) for n in range(16)] == (["tic"] * 2 + [None] * 2 + ["tac"] * 2
-                                                 + [None] * 2) * 2
+    plan = CheckPlan(rounds=2, block_steps=3, candidates=("tic", "tac"))
+    assert plan.total_steps == 24
+    assert [plan.block(n) for n in range(24)] == (["tic"] * 3 + [None] * 3 + ["tac"] * 3
+                                                 + [None] * 3) * 2
 
     def labelled(worker, pattern):
         out, t = [], 0.0

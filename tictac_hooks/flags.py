@@ -16,6 +16,10 @@ from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S
 
 ALGORITHM_CHOICES = ("tic", "tac", "none")
 ALIGN_CHOICES = ("auto", "on", "off")
+# An order-check block leaves two steps out of its medians: its first (it straddles the
+# order change) and its last (the next block's install is a pause inside it; see
+# Controller._to_block). Three steps is the least that leaves one measured step.
+MIN_CHECK_BLOCK_STEPS = 3
 
 DEFAULTS: dict[str, Any] = {
     "algorithm": "tic",
@@ -68,7 +72,9 @@ flags.DEFINE_integer(
 flags.DEFINE_integer(
     "tictac_check_block_steps", DEFAULTS["check_block_steps"],
     "Steps per block of the order check, counted as the training loop dispatches them "
-    "(over all workers under ParameterServerStrategy; default 20).", lower_bound=2)
+    "(over all workers under ParameterServerStrategy; default 20; at least "
+    f"{MIN_CHECK_BLOCK_STEPS}: a block's first and last steps are not measured).",
+    lower_bound=MIN_CHECK_BLOCK_STEPS)
 flags.DEFINE_integer(
     "tictac_recheck_every", DEFAULTS["recheck_every"],
     "Run the order check again this many dispatched steps after each decision, so a "

@@ -75,7 +75,7 @@ class BenchConfig:
         for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("steps", 1, 10000),
                              ("block_steps", 1, 1000), ("warmup", 0, 100),
                              ("profile_steps", 1, 20), ("settle_steps", 0, 10),
-                             ("check_rounds", 1, 20), ("check_block_steps", 2, 200)):
+                             ("check_rounds", 1, 20), ("check_block_steps", tictac_flags.MIN_CHECK_BLOCK_STEPS, 200)):
             value = getattr(self, name)
             if not lo <= value <= hi:
                 raise ValueError(f"--{name.replace('_', '-')} must be in {lo}..{hi}, got {value}")

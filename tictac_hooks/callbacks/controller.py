@@ -90,7 +90,8 @@ class Settings:
             "stats_every": lambda v: checks.whole_number("stats_every", v, 1),
             "window_bytes": check_window,
             "check_rounds": lambda v: checks.whole_number("check_rounds", v, 0),
-            "check_block_steps": lambda v: checks.whole_number("check_block_steps", v, 2),
+            "check_block_steps": lambda v: checks.whole_number(
+                "check_block_steps", v, tictac_flags.MIN_CHECK_BLOCK_STEPS),
             "recheck_every": lambda v: checks.whole_number("recheck_every", v, 0),
             "align": tictac_flags.check_align,
         }

@@ -9,7 +9,8 @@ machine (other load, thermal state, page cache) out of the comparison.
 The PS labels every step with the order it really ran in (a step is bound to one
 schedule version, and so one algorithm, at its first transfer), so the blocks need not
 line up with the dispatch. Per worker, each maximal run of steps in one order gives one
-median step time; the first step of a run straddles the change and is dropped. Each D
+median step time; the first step of a run straddles the change and is dropped, and the
+last, which holds the next block's install (a pause), has no step time. Each D
 run is paired with the T run just before it, and ``median(D) / median(T)`` is 1 + that
 candidate's throughput gain in that pair.
 
@@ -26,6 +27,7 @@ import dataclasses
 import statistics
 from typing import Any, Iterable, Sequence
 
+from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
 from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
 
 TICTAC, DEFAULT = "tictac", "default"
@@ -46,9 +48,11 @@ class CheckPlan:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"check {name} must be an integer >= 0, got {value!r}")
-        if self.rounds and self.block_steps < 2:
-            raise ValueError(f"check block_steps must be >= 2 (the first step of a block "
-                             f"is dropped), got {self.block_steps}")
+        if self.rounds and self.block_steps < MIN_CHECK_BLOCK_STEPS:
+            raise ValueError(
+                f"check block_steps must be >= {MIN_CHECK_BLOCK_STEPS} (each block's first step "
+                f"straddles the order change and its last holds the next install, so "
+                f"neither is measured), got {self.block_steps}")
         if len(set(self.candidates)) != len(self.candidates) or DEFAULT in self.candidates:
             raise ValueError(f"check candidates must be distinct order names, got "
                              f"{self.candidates!r}")
