@@ -89,16 +89,54 @@ def test_training_recvs_cover_forward_and_optimizer_reads(keras):
     assert all(any(t.split("/")[-1] in _var_key(ext.recv_variables[r.name])
                    for t in trainable) for r in forward)
     # ...and the rest are optimizer and metric state read on the worker: the learning
-    # rate once per variable (both Kerases), tf_keras' SGD also reads its momentum
-    # slot before and after updating it; the loss tracker's total/count.
+    # rate once per variable (both Kerases), tf_keras' SGD also its momentum slot; the
+    # loss tracker's total/count. tf_keras reads the slot a second time, after updating
+    # it, only to add it to the variable: that read stays on the PS (one per variable).
     assert any("learning_rate" in n for n in read_names)
-    assert len(g.recvs) == {"keras": 13, "tf_keras": 18}[keras.__name__]
-    # Writes to the (remote) variables stay in the DAG as PS-side ops.
-    assert ext.ps_side and all(ext.op_types[n].startswith("Assign") for n in ext.ps_side)
+    assert len(g.recvs) == {"keras": 13, "tf_keras": 14}[keras.__name__]
+    local = [n for n in ext.ps_side if ext.op_types[n] == "ReadVariableOp"]
+    assert len(local) == {"keras": 0, "tf_keras": 4}[keras.__name__]
+    # No PS-side op waits on a transfer to the worker.
+    recvs = {r.name for r in g.recvs}
+    assert not any(set(g[n].inputs) & recvs for n in ext.ps_side)
+    # Writes to the (remote) variables stay in the DAG as PS-side ops (with the reads
+    # only they take).
+    assert ext.ps_side and all(ext.op_types[n].startswith("Assign")
+                               for n in ext.ps_side if n not in local)
     # Reads ordered after a write (metric results) lost those inputs, recorded.
     assert ext.dropped_inputs and all(n in g for n in ext.dropped_inputs)
     assert all(not op.inputs for op in g.recvs)
     fn(*args)   # one real training step runs
+
+
+def test_a_read_only_the_ps_takes_is_no_transfer_and_ps_ops_wait_on_none():
+    """A PS-side update waits on no transfer to the worker: the reads it takes (its
+    data, or the read of its own variable that automatic control dependencies order
+    before it) run on the PS too. A read whose value only such ops take never leaves
+    the PS: it is a PS-side op, not a recv (else TIC would see an op unblocked by two
+    transfers for every variable and put them all in its first tie group)."""
+    w = tf.Variable(tf.ones([4]), name="w_local_read")
+    m = tf.Variable(tf.zeros([4]), name="m_local_read")
+
+    @tf.function
+    def step(x):
+        y = tf.reduce_sum(w * x)           # the worker needs w
+        m.assign(x)                        # a push
+        w.assign_add(m)                    # m read after the write, for the PS's update
+        return y
+
+    ext = functions.extract_concrete_function(step.get_concrete_function(tf.ones([4])))
+    g = ext.graph
+    kinds = {ext.op_types[op.name]: op.kind for op in g.ops if op.kind == "recv"}
+    assert len(g.recvs) == 1 and ext.recv_variables[g.recvs[0].name].startswith("w_local")
+    assert kinds == {"ReadVariableOp": "recv"}
+    m_read = [n for n in ext.ps_side if ext.op_types[n] == "ReadVariableOp"]
+    assert len(m_read) == 1 and g[m_read[0]].kind == "compute"
+    # It keeps its ordering after the write to m; the update no longer waits on w's recv.
+    assert any(ext.op_types[i] == "AssignVariableOp" for i in g[m_read[0]].inputs)
+    add = next(n for n in ext.ps_side if ext.op_types[n] == "AssignAddVariableOp")
+    assert g.recvs[0].name in ext.dropped_inputs[add]
+    assert g.recvs[0].name not in g[add].inputs and m_read[0] in g[add].inputs
 
 
 def test_conv_model_with_batchnorm_extracts_and_times_run(keras):

@@ -21,12 +21,15 @@ class Extraction:
         :func:`tictac_hooks.graph.tf.profiler.times_from_step_stats`.
       op_types: DAG op name -> TensorFlow op type.
       ps_side: compute ops that in a PS deployment run on the PS, not on the worker
-        (writes to remote variables, e.g. ``AssignSubVariableOp``, ``ResourceApply*``).
-        They stay in the DAG, so that dependencies are faithful, and should get time 0
-        on the worker's compute resource.
-      dropped_inputs: recv op name -> the inputs it had in TensorFlow, dropped because
-        a recv must be a root (e.g. a read ordered after a write to the same variable:
-        in the real partition graph that ordering lives on the PS side too).
+        (writes to remote variables, e.g. ``AssignSubVariableOp``, ``ResourceApply*``,
+        and reads whose value only such writes take). They stay in the DAG, so that
+        dependencies are faithful, and should get time 0 on the worker's compute
+        resource.
+      dropped_inputs: op name -> the inputs it had in TensorFlow and lost: a recv's,
+        because a recv must be a root (e.g. a read ordered after a write to the same
+        variable: in the real partition graph that ordering lives on the PS side too);
+        a PS-side op's recvs, because what it takes from a read happens on the PS, not
+        after the transfer to the worker.
       warnings: things the extraction could not model exactly, in words.
       recv_variables: recv op name -> name of the variable it reads (concrete
         functions only; partition graphs do not say).

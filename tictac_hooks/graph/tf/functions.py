@@ -46,7 +46,10 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) ->
       * Ops that consume a remote handle otherwise (``AssignVariableOp``,
         ``AssignSubVariableOp``, ``ResourceApply*``...) run on the PS: they are KEPT as
         compute ops (their inputs are what the worker pushes, their consumers wait on
-        them) and listed in ``ps_side``, to be given time 0.
+        them) and listed in ``ps_side``, to be given time 0. They wait on no recv (a
+        read they take, as data or by a control edge, runs on the PS: dropped, listed
+        in ``dropped_inputs``), and a read whose value only they take is one of them,
+        not a recv.
       * The resource-handle placeholders of remote variables (and ``Identity`` ops
         forwarding them) are not worker work and are left out, with their edges.
       * ``PartitionedCall``/``StatefulPartitionedCall`` bodies are inlined, their nodes
@@ -123,6 +126,7 @@ class _Builder:
         self.op_types: dict[str, str] = {}
         self.ps_side: set[str] = set()
         self.dropped: dict[str, tuple[str, ...]] = {}
+        self.control_edges: set[tuple[str, str]] = set()  # (op, the op it waits for)
         self.warnings: list[str] = []
         self.recv_variables: dict[str, str] = {}
         # Per inlined call: how a consumer of "<call>:<k>" / "^<call>" resolves.
@@ -142,7 +146,10 @@ class _Builder:
                 if src in remote:
                     remote_inputs.append(remote[src])
                     continue
-                deps.extend(self._resolve(src, raw, prefix, arg_map, control))
+                resolved = self._resolve(src, raw, prefix, arg_map, control)
+                if control:
+                    self.control_edges.update((full, d) for d in resolved)
+                deps.extend(resolved)
             deps = list(dict.fromkeys(deps))
             if node.name in remote:                        # a remote handle placeholder
                 continue
@@ -232,7 +239,33 @@ class _Builder:
         self.op_types[op.name] = op_type
 
     def finish(self) -> Extraction:
-        return Extraction(graph=Graph(self.ops), name_map={}, op_types=self.op_types,
+        """The DAG, with what runs on the PS kept off the worker's transfers: a PS-side
+        op waits on no transfer to the worker (the reads it takes, data or ordering,
+        run on a PS too), and a read whose value only PS-side ops take never leaves the
+        PS (tf_keras' SGD reads its momentum slot after updating it only to add it to
+        the variable; the function's final NoOp waits for it by a control edge, which
+        needs no tensor), so it is a PS-side op, not a recv."""
+        recvs = {op.name for op in self.ops if op.kind == RECV}
+        data_consumers: dict[str, list[str]] = {}
+        for op in self.ops:
+            for name in op.inputs:
+                if name in recvs and (op.name, name) not in self.control_edges:
+                    data_consumers.setdefault(name, []).append(op.name)
+        local = {r for r, cs in data_consumers.items() if all(c in self.ps_side for c in cs)}
+        recvs -= local
+        ops = []
+        for op in self.ops:
+            if op.name in local:  # a PS op again: the ordering inputs it had come back
+                op = dataclasses.replace(op, kind=COMPUTE, channel=None, bytes=None,
+                                         inputs=self.dropped.pop(op.name, ()))
+                self.recv_variables.pop(op.name, None)
+            elif op.name in self.ps_side and any(i in recvs for i in op.inputs):
+                self.dropped[op.name] = tuple(i for i in op.inputs if i in recvs)
+                op = dataclasses.replace(
+                    op, inputs=tuple(i for i in op.inputs if i not in recvs))
+            ops.append(op)
+        self.ps_side |= local
+        return Extraction(graph=Graph(ops), name_map={}, op_types=self.op_types,
                           ps_side=frozenset(self.ps_side), dropped_inputs=self.dropped,
                           warnings=tuple(self.warnings),
                           recv_variables=self.recv_variables)

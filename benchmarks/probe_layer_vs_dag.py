@@ -1,0 +1,136 @@
+"""How far apart are layer order and the DAG orders, and how much could any order gain?
+
+Issue #11 asks why TIC and TAC do no better than layer order. For each model and mode
+this builds the worker DAG (`tictac analyze`'s path: a keras.applications model with
+random weights, its traced step, compute times profiled on this CPU), sets the link so
+that the step's wire time is R x its compute (R in --ratios), and reports, in the
+simulator (graph/simulate.py, Eq. 1-3's model of one iteration):
+
+- how alike the orders are: of the transfer pairs TIC orders (its priorities differ;
+  TIC leaves tie groups unordered), the share layer order puts the same way round;
+- the simulated step under TIC, TAC and layer order, and under the best order a local
+  search found (insertion moves from the best of the three, accepted when the
+  simulated step shrinks): the most the model says an order could gain over layer;
+- L* (simulate.dependency_lower_bound): no order beats it.
+
+    .venv/bin/python benchmarks/probe_layer_vs_dag.py            # about 6 minutes
+    .venv/bin/python benchmarks/probe_layer_vs_dag.py --keras keras3 --models ResNet50
+
+tf_keras (the default here) is what `tictac bench` and TF's PS training use; Keras 3
+traces its step differently (batch normalization precomputes its scale from two
+parameters, an op TIC's Eq. 5 counts as progress).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tictac_hooks.graph.algorithms import compute_order  # noqa: E402
+from tictac_hooks.graph.dag import RECV  # noqa: E402
+from tictac_hooks.graph.schedule import Schedule  # noqa: E402
+from tictac_hooks.graph.simulate import dependency_lower_bound, simulate  # noqa: E402
+
+
+def agreement(a: Schedule, b: Schedule) -> tuple[float, int]:
+    """Of the transfer pairs ``a`` orders strictly (different priorities), the share
+    ``b`` puts the same way round (ties in ``b`` count half); and a's tie groups."""
+    names = list(a.order)
+    pa = np.array([a.priority[n] for n in names])
+    pb = np.array([b.priority[n] for n in names])
+    da, db = np.sign(pa[:, None] - pa[None, :]), np.sign(pb[:, None] - pb[None, :])
+    strict = da != 0
+    same = ((da == db) & strict).sum() + 0.5 * ((db == 0) & strict).sum()
+    return float(same / strict.sum()) if strict.any() else 1.0, len(set(pa.tolist()))
+
+
+def with_ratio(graph, ratio: float):
+    """The same DAG with every transfer time scaled so that wire time = ratio x compute
+    (one channel: the transfers' times add up on it)."""
+    compute = sum(op.time for op in graph.compute_ops)
+    comm = sum(op.time for op in graph.recvs)
+    k = ratio * compute / comm
+    return graph.with_times({op.name: op.time * (k if op.kind == RECV else 1.0)
+                             for op in graph.ops})
+
+
+def local_search(graph, start: list[str], evals: int, seed: int = 0
+                 ) -> tuple[list[str], float]:
+    """First-improvement insertion search over orders, the simulated makespan as the
+    objective; moves a transfer 1..n/8 positions earlier or later."""
+    rng = random.Random(seed)
+    order = list(start)
+    best = simulate(graph, Schedule.from_order("search", order)).makespan
+    n, span = len(order), max(1, len(order) // 8)
+    for _ in range(evals):
+        i = rng.randrange(n)
+        j = min(n - 1, max(0, i + rng.choice((-1, 1)) * rng.randint(1, span)))
+        if i == j:
+            continue
+        cand = order[:]
+        cand.insert(j, cand.pop(i))
+        m = simulate(graph, Schedule.from_order("search", cand)).makespan
+        if m < best:
+            order, best = cand, m
+    return order, best
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--models", default="ResNet50,InceptionV3,MobileNetV2")
+    p.add_argument("--modes", default="inference,training")
+    p.add_argument("--ratios", default="0.5,1,2")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--search-evals", type=int, default=400)
+    p.add_argument("--keras", choices=("tf_keras", "keras3"), default="tf_keras")
+    p.add_argument("--json", help="write the figures here")
+    a = p.parse_args()
+    os.environ["TF_USE_LEGACY_KERAS"] = "1" if a.keras == "tf_keras" else "0"
+    from tictac_hooks.graph.tf.analyze import analyzed_graph
+    rows = []
+    print("| model | mode | recvs | TIC tie groups | TIC's pairs layer keeps | comm/comp "
+          "| TIC | TAC | layer | best found | L* | layer over best DAG | best found over "
+          "layer | L* over layer |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for model in a.models.split(","):
+        for mode in a.modes.split(","):
+            base = analyzed_graph(model, training=mode == "training",
+                                  batch_size=a.batch_size, bandwidth_bytes_per_s=1e9,
+                                  progress=False)
+            for ratio in (float(r) for r in a.ratios.split(",")):
+                g = with_ratio(base, ratio)
+                orders = {alg: compute_order(g, alg) for alg in ("tic", "tac", "layer")}
+                sim = {alg: simulate(g, s).makespan for alg, s in orders.items()}
+                t0 = time.perf_counter()
+                first = min(sim, key=sim.get)
+                found, found_m = local_search(g, list(orders[first].order), a.search_evals)
+                lstar = dependency_lower_bound(g)
+                agree, groups = agreement(orders["tic"], orders["layer"])
+                row = {"model": model, "mode": mode, "recvs": len(g.recvs), "ratio": ratio,
+                       "tic_tie_groups": groups, "tic_pairs_layer_keeps": agree,
+                       "sim_s": sim, "best_found_s": found_m, "lower_dependency_s": lstar,
+                       "search_s": time.perf_counter() - t0}
+                rows.append(row)
+                best_dag = min(sim["tic"], sim["tac"])
+                print(f"| {model} | {mode} | {row['recvs']} | {groups} | {agree:.1%} | "
+                      f"{ratio:g} | "
+                      + " | ".join(f"{sim[k] * 1e3:.1f}" for k in ("tic", "tac", "layer"))
+                      + f" | {found_m * 1e3:.1f} | {lstar * 1e3:.1f} | "
+                      f"{(sim['layer'] / best_dag - 1) * 100:+.1f} % | "
+                      f"{(sim['layer'] / found_m - 1) * 100:+.1f} % | "
+                      f"{(sim['layer'] / lstar - 1) * 100:+.1f} % |", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
