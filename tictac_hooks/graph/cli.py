@@ -19,9 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compute the recv order of a worker graph (Graph JSON, see README) and "
                     "print it as order JSON: {algorithm, order, priority}.")
     p.add_argument("graph", metavar="GRAPH.json", help="the worker's iteration DAG")
-    p.add_argument("--algorithm", choices=("tic", "tac", "layer"), default="tic",
+    p.add_argument("--algorithm", choices=("tic", "tac", "tac-paper", "layer"), default="tic",
                    help="tic (default; needs no times), tac (needs a time for every op), "
-                        "layer (first-use order, for comparison)")
+                        "tac-paper (the paper's per-recv TAC) and layer (first-use "
+                        "order), for comparison")
     p.add_argument("--output", "-o", metavar="ORDER.json", help="write here instead of stdout")
     p.set_defaults(func=_order)
 
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--order", metavar="ORDER.json",
                      help="an order file (JSON, or name<TAB>priority lines)")
-    how.add_argument("--algorithm", choices=("tic", "tac", "random", "layer"),
+    how.add_argument("--algorithm", choices=("tic", "tac", "tac-paper", "random", "layer"),
                      help="compute the order first; random = TensorFlow's default (no schedule)")
     p.add_argument("--seed", type=_seed, default=0,
                    help="seed for random orders and tie-breaking, an integer >= 0 (default 0)")

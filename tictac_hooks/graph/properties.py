@@ -150,3 +150,53 @@ class OutstandingState:
         """Whether any of ``recvs`` has M+ < ``threshold``."""
         rows = self._rows_touching(recvs)
         return bool(rows.size) and bool(self.load[rows].min() < threshold)
+
+
+class JobState:
+    """TAC's jobs (our extension of Algorithm 3; docs/ALGORITHMS.md, "TAC"), updated as
+    recvs complete.
+
+    One job per dependency class k with an outstanding recv: the recvs dep_k ∩ R, all of
+    which op k waits for. With R the outstanding recvs:
+      M(k) = op.M = sum of Time(x) for x in dep_k ∩ R
+      P(k) = sum of compute_time(j) over classes j with an outstanding recv and
+             dep_j ∩ R ⊆ dep_k ∩ R: the compute that can run once job k is in.
+    A recv whose class is {r} is the paper's job (M(r), P(r)); Eq. 6 on recvs alone gives
+    P = 0 to every recv that unlocks compute only together with others.
+
+    ``diff[j, k] = |dep_j ∩ R \\ dep_k|`` is kept for all classes, so that completing r
+    costs one decrement of the block (classes holding r) x (classes without it).
+    """
+
+    def __init__(self, classes: DependencyClasses):
+        self.c = classes
+        m = classes.member.astype(np.float32)
+        self.count = classes.member.sum(axis=1).astype(np.int64)        # |dep_k ∩ R|
+        self.load = m @ classes.recv_time                                # M(k)
+        inter = np.rint(m @ m.T).astype(np.int32)                        # |dep_j ∩ dep_k|
+        self.diff = self.count[:, None].astype(np.int32) - inter
+        self.live = self.count > 0
+        self.unlocked = classes.compute_time @ ((self.diff == 0) & self.live[:, None])  # P(k)
+        self.outstanding = np.ones(classes.member.shape[1], dtype=bool)
+
+    def complete(self, r: int) -> None:
+        """Marks recv r as no longer outstanding (R <- R \\ {r})."""
+        col = self.c.member[:, r]
+        rows = np.flatnonzero(col & self.live)       # diff[j, k] drops for j holding r ...
+        cols = np.flatnonzero(~col & self.live)      # ... and k without it
+        if rows.size and cols.size:
+            at = np.ix_(rows, cols)
+            block = self.diff[at] - 1
+            self.diff[at] = block
+            self.unlocked[cols] += self.c.compute_time[rows] @ (block == 0)
+        self.count[rows] -= 1
+        self.load[rows] -= self.c.recv_time[r]
+        done = rows[self.count[rows] == 0]          # their compute has run: in no job's P
+        if done.size:
+            self.unlocked[self.live] -= self.c.compute_time[done].sum()
+            self.live[done] = False
+        self.outstanding[r] = False
+
+    def within(self, k: int) -> np.ndarray:
+        """The jobs strictly inside job k (their recvs a proper subset of k's)."""
+        return np.flatnonzero(self.live & (self.diff[:, k] == 0) & (self.count < self.count[k]))
