@@ -386,6 +386,36 @@ def test_prediction_uses_the_bytes_the_ps_served_and_the_fair_share_of_the_link(
                     served={"ps:0": 400.0}))
 
 
+def test_cpu_model_puts_the_transfers_cpu_after_each_pull_and_before_each_push():
+    from tictac_hooks.bench.predict import CPU, predictions, with_transfer_cpu
+    from tictac_hooks.graph import Graph, Op, Schedule
+    g = Graph([Op("a", "recv", channel="ps:0", bytes=100), Op("b", "recv", channel="ps:0",
+                                                               bytes=300),
+               Op("x", "compute", ("a",)), Op("y", "compute", ("x", "b"))])
+    timed_g = g.with_times({"a": 1.0, "b": 3.0, "x": 1.0, "y": 1.0})  # 100 B/s
+    cpu_g, pushes = with_transfer_cpu(timed_g, {"y": ("ps:0", 2.0), "gone": ("ps:0", 1.0)},
+                                      100.0, 0.01)
+    assert cpu_g["x"].inputs == ("a/cpu",) and cpu_g["y"].inputs == ("x", "b/cpu")
+    assert cpu_g["a/cpu"].time == pytest.approx(1.0)   # 100 B x 0.01 s/B
+    assert cpu_g["b/cpu"].time == pytest.approx(3.0)
+    assert cpu_g["y/send_cpu"].time == pytest.approx(2.0) and cpu_g["y/send_cpu"].inputs == ("y",)
+    assert pushes == {"y/send_cpu": ("ps:0", 2.0), "gone": ("ps:0", 1.0)}  # a node it lacks
+    # One worker, 800 bit/s = 100 B/s; reference 2 s (x, y 1 s each), fast-link step 6 s:
+    # 4 s of transfer CPU over the 400 B pulled, 0.01 s/B. a [0, 1], a/cpu [1, 2],
+    # x [2, 3], b [1, 4], b/cpu [4, 7], y [7, 8].
+    order = Schedule.from_order("tic", ["a", "b"])
+    compute = {"x": 1.0, "y": 1.0}
+    steps = predictions({"tic": [(g, order)]}, compute, 6.0, 800.0, 1, 1, model=CPU,
+                        reference_s=2.0)
+    assert steps["tic"] == pytest.approx(8.0)
+    # at a link 10x faster the wire hides nothing: 2 s compute + 4 s CPU + a's 0.1 s wait
+    fast = predictions({"tic": [(g, order)]}, compute, 6.0, 8000.0, 1, 1, model=CPU,
+                       reference_s=2.0)
+    assert fast["tic"] == pytest.approx(6.1)
+    with pytest.raises(ValueError, match="needs reference_s"):
+        predictions({"tic": [(g, order)]}, compute, 6.0, 800.0, 1, 1, model=CPU)
+
+
 def test_pushes_end_the_step_when_the_last_has_crossed():
     from tictac_hooks.bench.predict import assign_pushes, predictions, pushed_makespan
     from tictac_hooks.graph import Graph, Op, Schedule

@@ -269,12 +269,12 @@ def _pushes(cfg: dict, r: "Runner", graphs: dict, traced: list
 
 def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
                rate_bits: float, served: dict[str, float],
-               pushes: list[dict[str, tuple[str, int]]] | None = None
-               ) -> dict[str, dict[str, float]]:
+               pushes: list[dict[str, tuple[str, int]]] | None = None,
+               reference_s: float | None = None) -> dict[str, dict[str, float]]:
     """The simulator's step seconds per model of the untraced compute (bench/predict.py)
     and schedule; TensorFlow's order (with and without the rendezvous) is the same DAGs
     with no order installed."""
-    from tictac_hooks.bench.predict import MODELS, predictions
+    from tictac_hooks.bench.predict import CPU, MODELS, predictions
     if not controllers:
         return {}
     orders = {n: c.orders() for n, c in controllers.items()
@@ -294,7 +294,8 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
                               cfg["ps"], model=model, served=served,
                               pushes=pushes if pushes and any(pushes) else None,
-                              align=align) for model in MODELS}
+                              align=align, reference_s=reference_s)
+           for model in MODELS if reference_s or not model.startswith(CPU)}
     for model, steps in out.items():
         _progress(cfg, f"simulated step ms ({model} compute): "
                   + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))
@@ -385,7 +386,8 @@ def run(cfg: dict) -> dict:
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
         check = _order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
         predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits,
-                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes)
+                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
+                               compute_ref)
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}

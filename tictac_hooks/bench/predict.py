@@ -38,7 +38,7 @@ import dataclasses
 import statistics
 from typing import Mapping, Sequence
 
-from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.dag import Graph, Op
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.simulate import SERIAL, SHARED, SimResult, simulate
 
@@ -157,14 +157,45 @@ def joint_step(parts: Sequence[tuple[Graph, Schedule | None]], pushes: Sequence[
         for seed in range(seeds))
 
 
+def with_transfer_cpu(graph: Graph, pushes: Pushes | None, rate: float,
+                      seconds_per_byte: float) -> tuple[Graph, Pushes | None]:
+    """The CPU model's DAG: each recv r is followed by a compute op ``r/cpu`` of
+    ``seconds_per_byte`` x its bytes (r's time x ``rate``) that r's consumers wait for,
+    and each push leaves after a compute op ``<node>/send_cpu`` of its bytes. On the
+    worker's processor these run FIFO with the rest, as the data arrives or leaves: at a
+    fast link they add up with the compute, at a slow one they fill its idle time."""
+    pushes = dict(pushes) if pushes is not None else None
+    cpu = {op.name: f"{op.name}/cpu" for op in graph.recvs}
+    ops = []
+    for op in graph.ops:
+        ops.append(dataclasses.replace(op, inputs=tuple(cpu.get(n, n) for n in op.inputs)))
+        if op.is_recv:
+            ops.append(Op(cpu[op.name], "compute", (op.name,),
+                          time=seconds_per_byte * (op.time or 0.0) * rate))
+    if pushes:
+        present = {op.name for op in graph.ops}
+        for node, (channel, seconds) in list(pushes.items()):
+            if node in present:
+                sender = f"{node}/send_cpu"
+                ops.append(Op(sender, "compute", (node,),
+                              time=seconds_per_byte * seconds * rate))
+                del pushes[node]
+                pushes[sender] = (channel, seconds)
+    return Graph(ops), pushes
+
+
 SCALED, OVERHEAD = "scaled", "overhead"  # where the step's untraced compute goes
+# CPU: the ops scaled to the compute reference (no transfer), and the rest of the step
+# over the fast link (the transfers' CPU: serialization, copies, gRPC) spread over the
+# bytes each worker pulls and pushes (with_transfer_cpu).
+CPU = "cpu"
 # A model: where the untraced compute goes, and "-serial" where TensorFlow's order is
 # modelled SERIAL (no suffix: SHARED).
 # "-joint": all workers of a step simulated together on the full PS links (joint_step),
 # TensorFlow's order SERIAL.
 JOINT = "joint"
 MODELS = (SCALED, OVERHEAD, SCALED + "-" + SERIAL, OVERHEAD + "-" + SERIAL,
-          SCALED + "-" + JOINT, OVERHEAD + "-" + JOINT)
+          SCALED + "-" + JOINT, OVERHEAD + "-" + JOINT, CPU, CPU + "-" + JOINT)
 
 
 def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
@@ -173,7 +204,8 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
                 model: str = SCALED,
                 served: Mapping[str, float] | None = None,
                 pushes: Sequence[Mapping[str, tuple[str, int]]] | None = None,
-                align: bool | Mapping[str, bool] = True) -> dict[str, float]:
+                align: bool | Mapping[str, bool] = True,
+                reference_s: float | None = None) -> dict[str, float]:
     """Predicted step seconds per order name. ``orders``: name -> per worker (DAG as
     scheduled, order; None for TensorFlow's); ``compute_s``: the measured compute of a
     worker step. The part of it the trace's op times do not hold goes, by ``model``:
@@ -184,9 +216,15 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
     worker's (:func:`assign_pushes`), on the same fair share of the link as its pulls.
     A "-joint" model simulates the workers together (:func:`joint_step`), serving an
     installed order ``align``-ed or one worker after the other (see :func:`joint`);
-    ``align`` is one flag for every order, or one per order name (default True)."""
+    ``align`` is one flag for every order, or one per order name (default True).
+    CPU: the ops scaled to ``reference_s`` (a worker's step with no transfer) and
+    ``compute_s - reference_s`` as CPU work per byte pulled and pushed
+    (:func:`with_transfer_cpu`)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {', '.join(MODELS)}, got {model!r}")
+    if model.startswith(CPU) and not (reference_s is not None and reference_s > 0):
+        raise ValueError(f"the {model} model needs reference_s > 0 (the step with no "
+                         f"transfer), got {reference_s!r}")
     default = SERIAL if model.endswith(("-" + SERIAL, "-" + JOINT)) else SHARED
     together = model.endswith("-" + JOINT)
     model = model.split("-")[0]
@@ -195,13 +233,26 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
     for name, parts in orders.items():
         traced = statistics.median(sum(compute.get(op.name, 0.0) for op in g.compute_ops)
                                    for g, _ in parts)
-        scale = compute_s / traced if traced > 0 and model == SCALED else 1.0
+        target = reference_s if model == CPU else compute_s
+        scale = target / traced if traced > 0 and model in (SCALED, CPU) else 1.0
         extra = max(0.0, compute_s - traced) if model == OVERHEAD else 0.0
         rate = rate_bits / 8.0 if together else share  # the joint model shares itself
         timed_parts = [(timed(g, compute, scale, rate, served), s) for g, s in parts]
         worker_pushes = ([{n: (c, b / rate) for n, (c, b) in p.items()}
                           for p in assign_pushes([g for g, _ in parts], pushes)]
                          if pushes else None)
+        if model == CPU:
+            cpu_parts, cpu_pushes = [], []
+            for k, (g, s) in enumerate(timed_parts):
+                own = worker_pushes[k] if worker_pushes else None
+                moved = rate * (sum(op.time for op in g.recvs)
+                                + sum(t for _, t in (own or {}).values()))
+                per_byte = max(0.0, compute_s - reference_s) / moved if moved > 0 else 0.0
+                g, own = with_transfer_cpu(g, own, rate, per_byte)
+                cpu_parts.append((g, s))
+                cpu_pushes.append(own)
+            timed_parts = cpu_parts
+            worker_pushes = cpu_pushes if worker_pushes else None
         out[name] = extra + (
             joint_step(timed_parts, worker_pushes,
                        align if isinstance(align, bool) else align.get(name, True), seeds,

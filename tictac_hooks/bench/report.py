@@ -348,7 +348,10 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
                    f"{r['measured'] * 1e3:.0f} | " + " | ".join(cells) + " |")
     out.append("")
     out.append("Models (bench/predict.py): *scaled* puts the compute the trace misses into "
-               "the traced ops, *overhead* after the step; *-serial* models TensorFlow's "
+               "the traced ops, *overhead* after the step; *cpu* scales the ops to the "
+               "step with no transfer and makes the rest of the fast-link step CPU work per "
+               "byte pulled or pushed, on the worker as the data arrives or leaves; "
+               "*-serial* models TensorFlow's "
                "order as back-to-back transfers in a random order, else as every transfer "
                "sharing the link at once; *-joint* simulates the workers of a step together "
                "(one DAG, a processor per worker, their pulls on each PS's one channel and "
