@@ -170,17 +170,23 @@ def test_layer_order_follows_first_use():
     assert layer_order(g).order == ("w1", "w2")
 
 
+def recv_deps(g: Graph) -> dict[str, set[str]]:
+    """op name -> the recvs it depends on, directly or transitively (Algorithm 1's dep)."""
+    deps: dict[str, set[str]] = {}
+    for op in g.ops:
+        d = {op.name} if op.kind == "recv" else set()
+        for i in op.inputs:
+            d |= deps[i]
+        deps[op.name] = d
+    return deps
+
+
 def test_properties_match_the_definitions_on_random_dags():
     """Vectorised P / M+ equal a direct transcription of Algorithm 1."""
     for seed in range(15):
         g = random_dag(seed, n_recvs=6, n_compute=15)
         names = [op.name for op in g.recvs]
-        deps = {}
-        for op in g.ops:
-            d = {op.name} if op.kind == "recv" else set()
-            for i in op.inputs:
-                d |= deps[i]
-            deps[op.name] = d
+        deps = recv_deps(g)
         state = OutstandingState(DependencyClasses.of(g))
         outstanding = set(names)
         for r in list(np.random.default_rng(seed).permutation(len(names))):
@@ -208,12 +214,7 @@ def test_jobs_match_the_definitions_on_random_dags():
     for seed in range(15):
         g = random_dag(seed, n_recvs=6, n_compute=15)
         names = [op.name for op in g.recvs]
-        deps = {}
-        for op in g.ops:
-            d = {op.name} if op.kind == "recv" else set()
-            for i in op.inputs:
-                d |= deps[i]
-            deps[op.name] = d
+        deps = recv_deps(g)
         classes = DependencyClasses.of(g)
         jobs = JobState(classes)
         outstanding = set(names)
