@@ -54,7 +54,7 @@ def tac(graph: Graph) -> Schedule:
     so Eq. 6 sends every recv with P > 0 first, however little that compute matters.
     With tf_keras's SGD the worker reads each optimizer slot for one cheap multiply, and
     the paper's TAC sends all of them ahead of the forward pass (simulated step +19 to
-    +37 % over TIC on ResNet-50, Inception-v3 and MobileNet-v2 training). Here the
+    +38 % over TIC on ResNet-50, Inception-v3 and MobileNet-v2 training). Here the
     forward pass is the job with the backward's compute as its P. docs/ALGORITHMS.md,
     "TAC", gives the measurements.
     """

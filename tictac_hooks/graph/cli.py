@@ -7,7 +7,7 @@ import argparse
 import json
 import math
 
-from tictac_hooks.graph.algorithms import compute_order
+from tictac_hooks.graph.algorithms import ALGORITHMS, compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.simulate import simulate
@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compute the recv order of a worker graph (Graph JSON, see README) and "
                     "print it as order JSON: {algorithm, order, priority}.")
     p.add_argument("graph", metavar="GRAPH.json", help="the worker's iteration DAG")
-    p.add_argument("--algorithm", choices=("tic", "tac", "tac-paper", "layer"), default="tic",
+    p.add_argument("--algorithm", choices=[a for a in ALGORITHMS if a != "random"],
+                   default="tic",
                    help="tic (default; needs no times), tac (needs a time for every op), "
                         "tac-paper (the paper's per-recv TAC) and layer (first-use "
                         "order), for comparison")
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--order", metavar="ORDER.json",
                      help="an order file (JSON, or name<TAB>priority lines)")
-    how.add_argument("--algorithm", choices=("tic", "tac", "tac-paper", "random", "layer"),
+    how.add_argument("--algorithm", choices=ALGORITHMS,
                      help="compute the order first; random = TensorFlow's default (no schedule)")
     p.add_argument("--seed", type=_seed, default=0,
                    help="seed for random orders and tie-breaking, an integer >= 0 (default 0)")
