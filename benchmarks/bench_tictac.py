@@ -10,6 +10,8 @@ tc for a shaped network; otherwise every run falls back to loopback and says so.
 A configuration is MODEL[/BATCH]:MODE:WORKERS:PS:BANDWIDTH[;BANDWIDTH...] (bandwidths as
 in `tictac bench --bandwidth`, ';'-separated for a sweep; BATCH per worker, default the
 model's). The defaults are the configurations in the README (about 35 minutes).
+`--report-only` reruns nothing: it rebuilds the report from the results in --out, with
+the simulator's predictions recomputed from the inputs each run saved beside its result.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ def main() -> int:
     p.add_argument("--block-steps", type=int, default=5)
     p.add_argument("--schedules", default=None,
                    help="passed to `tictac bench --schedules` (default: its own)")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rebuild the report (and with --readme the README "
+                        "section) from the configurations' results already in --out, the "
+                        "simulator's predictions recomputed from their saved inputs")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
     configs = SWEEP_CONFIGS if args.configs == "sweep" else args.configs.split(",")
@@ -90,6 +96,13 @@ def main() -> int:
         model, mode, workers, ps, bandwidth = spec.split(":", 4)
         model, _, batch = model.partition("/")
         path = os.path.join(args.out, result_name(model, mode, workers, ps, bandwidth))
+        if args.report_only:
+            if not os.path.exists(path):
+                print(f"no result for {spec}: {path} (run without --report-only)",
+                      file=sys.stderr)
+                return 1
+            outputs.append(path)
+            continue
         _wait_for_other_benchmarks()
         argv = [sys.executable, "-m", "tictac_hooks.cli", "bench", "--model", model,
                 "--mode", mode, "--workers", workers, "--ps", ps,
@@ -108,23 +121,22 @@ def main() -> int:
     if not outputs:
         return 1
     rc = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", "bench-report", *outputs,
-                         "--out", args.out], cwd=ROOT).returncode
+                         "--out", args.out] + (["--repredict"] if args.report_only else []),
+                        cwd=ROOT).returncode
     with open(os.path.join(args.out, "report.md")) as f:
         print(f.read())
     if rc == 0 and args.readme:
+        argv = [a for a in sys.argv[1:] if a != "--report-only"]
         write_readme(outputs, args.out, "sudo .venv/bin/python benchmarks/bench_tictac.py "
-                     + " ".join(sys.argv[1:]))
+                     + " ".join(argv), repredict=args.report_only)
     return rc
 
 
-def write_readme(outputs: list[str], out_dir: str, command: str) -> None:
+def write_readme(outputs: list[str], out_dir: str, command: str,
+                 repredict: bool = False) -> None:
     """Rewrites README.md's generated results section from ``outputs``."""
-    import json
-    from tictac_hooks.bench.report import readme_block, replace_readme_block
-    results = []
-    for path in outputs:
-        with open(path) as f:
-            results.append(json.load(f))
+    from tictac_hooks.bench.report import load_results, readme_block, replace_readme_block
+    results = load_results(outputs, repredict)
     readme = os.path.join(ROOT, "README.md")
     with open(readme) as f:
         text = f.read()

@@ -416,6 +416,53 @@ def test_cpu_model_puts_the_transfers_cpu_after_each_pull_and_before_each_push()
         predictions({"tic": [(g, order)]}, compute, 6.0, 800.0, 1, 1, model=CPU)
 
 
+def test_saved_simulator_inputs_repredict_the_same_steps_and_rebuild_the_report(tmp_path):
+    pytest.importorskip("matplotlib")
+    from tictac_hooks.bench.predict import (MODELS, inputs_to_json, load_inputs, predictions,
+                                            repredict, save_inputs)
+    from tictac_hooks.bench.report import load_results
+    from tictac_hooks.graph import Graph, Op, Schedule
+    g = Graph([Op("a", "recv", channel="ps:0", bytes=100), Op("b", "recv", channel="ps:0",
+                                                               bytes=300),
+               Op("x", "compute", ("a",)), Op("y", "compute", ("x", "b"))])
+    h = g.with_recvs_only({"b"})
+    orders = {"tic": [(g, Schedule.from_order("tic", ["a", "b"]))] * 2,
+              "none": [(g, None), (h, None)]}
+    compute, pushes = {"x": 1.0, "y": 1.0, "unused": 9.0}, [{"y": ("ps:0", 50)}] * 2
+    align = {"tic": False, "none": True}
+    data = inputs_to_json(orders, compute, 6.0, 800.0, 2, 1, {"ps:0": 400.0}, pushes,
+                          align, 2.0)
+    assert len(data["graphs"]) == 2 and "unused" not in data["compute"]  # each DAG once
+    data = json.loads(json.dumps(data))
+    again = repredict(data)
+    assert set(again) == set(MODELS)
+    for model in MODELS:
+        direct = predictions(orders, compute, 6.0, 800.0, 2, 1, model=model,
+                             served={"ps:0": 400.0}, pushes=pushes, align=align,
+                             reference_s=2.0)
+        assert again[model] == pytest.approx(direct), model
+    assert "cpu" not in repredict(dict(data, reference_s=None))
+    with pytest.raises(ValueError, match="version"):
+        repredict(dict(data, version=0))
+    # a result with its inputs saved beside it: --repredict replaces its predictions
+    result = _sweep_result()
+    result["runs"] = result["runs"][:1]
+    path = str(tmp_path / "r.json")
+    with open(path, "w") as f:
+        json.dump(result, f)
+    assert load_inputs(path) is None
+    assert load_results([path], repredict=True)[0] == result  # nothing saved: unchanged
+    save_inputs(path, [data])
+    assert load_inputs(path) == [data]
+    (run,) = load_results([path], repredict=True)[0]["runs"]
+    assert run["predicted_step_s"] == again
+    assert load_results([path])[0]["runs"][0]["predicted_step_s"] == \
+        result["runs"][0]["predicted_step_s"]
+    save_inputs(path, [data, data])
+    with pytest.raises(ValueError, match="1 runs but simulator inputs for 2"):
+        load_results([path], repredict=True)
+
+
 def test_pushes_end_the_step_when_the_last_has_crossed():
     from tictac_hooks.bench.predict import assign_pushes, predictions, pushed_makespan
     from tictac_hooks.graph import Graph, Op, Schedule

@@ -74,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r = sub.add_parser("bench-report", help="Markdown + PNG plots from `tictac bench` JSON files")
     r.add_argument("inputs", nargs="+", metavar="RESULT.json")
     r.add_argument("--out", required=True, metavar="DIR", help="directory for report.md + PNGs")
+    r.add_argument("--repredict", action="store_true",
+                   help="recompute the simulator's predictions with this code from the "
+                        "inputs saved beside each result (RESULT.sim.json.gz)")
     r.set_defaults(func=_report)
 
 
@@ -93,10 +96,14 @@ def _bench(args: argparse.Namespace) -> int:
     if args.quick:
         settings.update(QUICK)
     result = run(BenchConfig(**settings))
+    sim_inputs = [run_.pop("sim_inputs", None) for run_ in result["runs"]]
     from tictac_hooks.bench.report import text_table
     print(text_table([result]))
     if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        if any(sim_inputs):
+            from tictac_hooks.bench.predict import save_inputs
+            print(f"wrote {save_inputs(args.json_out, sim_inputs)}", file=sys.stderr)
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=1)
         print(f"wrote {args.json_out}", file=sys.stderr)
@@ -105,6 +112,6 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from tictac_hooks.bench.report import write_report
-    path = write_report(args.inputs, args.out)
+    path = write_report(args.inputs, args.out, repredict=args.repredict)
     print(f"wrote {path}")
     return 0

@@ -270,13 +270,15 @@ def _pushes(cfg: dict, r: "Runner", graphs: dict, traced: list
 def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
                rate_bits: float, served: dict[str, float],
                pushes: list[dict[str, tuple[str, int]]] | None = None,
-               reference_s: float | None = None) -> dict[str, dict[str, float]]:
+               reference_s: float | None = None
+               ) -> tuple[dict[str, dict[str, float]], dict | None]:
     """The simulator's step seconds per model of the untraced compute (bench/predict.py)
-    and schedule; TensorFlow's order (with and without the rendezvous) is the same DAGs
-    with no order installed."""
-    from tictac_hooks.bench.predict import CPU, MODELS, predictions
+    and schedule, and its inputs (saved beside the result, for a re-prediction);
+    TensorFlow's order (with and without the rendezvous) is the same DAGs with no order
+    installed."""
+    from tictac_hooks.bench.predict import CPU, MODELS, inputs_to_json, predictions
     if not controllers:
-        return {}
+        return {}, None
     orders = {n: c.orders() for n, c in controllers.items()
               if c.schedule is not None and n != CHECKED}
     dags = next(iter(orders.values()), None) or controllers[CHECKED].orders()
@@ -300,7 +302,10 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
         _progress(cfg, f"simulated step ms ({model} compute): "
                   + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))
     _progress(cfg, f"simulated in {time.perf_counter() - t0:.1f} s")
-    return out
+    inputs = inputs_to_json(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
+                            cfg["ps"], served, pushes if pushes and any(pushes) else None,
+                            align, reference_s)
+    return out, inputs
 
 
 def _rotation(names: list[str], round_index: int) -> list[str]:
@@ -385,7 +390,7 @@ def run(cfg: dict) -> dict:
                        f"comm/comp {comm / comp:.2f}")
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
         check = _order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
-        predicted = _predicted(cfg, names, controllers, compute, comp, rate_bits,
+        predicted, sim_inputs = _predicted(cfg, names, controllers, compute, comp, rate_bits,
                                {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
                                compute_ref)
         for which in range(len(r.sessions)):  # settle at the new rate
@@ -453,6 +458,8 @@ def run(cfg: dict) -> dict:
                                  for n, c in controllers.items()},
             # the simulator's step time per order (bench/predict.py), beside the measured
             "predicted_step_s": predicted,
+            # its inputs: the CLI writes them to <result>.sim.json.gz (predict.save_inputs)
+            "sim_inputs": sim_inputs,
         })
         clear_everywhere(cfg["ps_addresses"])
     r.close()

@@ -35,6 +35,9 @@ after the other pays in training (the first pushes while the next still pulls).
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import json
+import os
 import statistics
 from typing import Mapping, Sequence
 
@@ -260,3 +263,79 @@ def predictions(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
             if together
             else predicted_step(timed_parts, seeds, default, worker_pushes))
     return out
+
+
+# The simulator's inputs of one benchmark point, saved beside its result
+# (``<result>.sim.json.gz``) so that a new model re-predicts a run without re-running it.
+INPUTS_VERSION = 1
+
+
+def inputs_to_json(orders: Mapping[str, Sequence[tuple[Graph, Schedule | None]]],
+                   compute: Mapping[str, float], compute_s: float, rate_bits: float,
+                   workers: int, ps: int, served: Mapping[str, float] | None,
+                   pushes: Sequence[Mapping[str, tuple[str, int]]] | None,
+                   align: Mapping[str, bool], reference_s: float | None) -> dict:
+    """The arguments of :func:`predictions` as JSON; DAGs shared by several orders are
+    stored once, and ``compute`` only for the ops some DAG holds."""
+    graphs: list[dict] = []
+    index: dict[int, int] = {}
+    names: set[str] = set()
+    out_orders: dict[str, list] = {}
+    for name, parts in orders.items():
+        rows = []
+        for graph, schedule in parts:
+            if id(graph) not in index:
+                index[id(graph)] = len(graphs)
+                graphs.append(graph.to_json())
+                names.update(op.name for op in graph.compute_ops)
+            rows.append([index[id(graph)], schedule.to_json() if schedule else None])
+        out_orders[name] = rows
+    return {"version": INPUTS_VERSION, "graphs": graphs, "orders": out_orders,
+            "compute": {n: t for n, t in compute.items() if n in names},
+            "compute_s": compute_s, "rate_bits": rate_bits, "workers": workers, "ps": ps,
+            "served": dict(served) if served else None,
+            "pushes": [{n: list(v) for n, v in p.items()} for p in pushes] if pushes else None,
+            "align": dict(align), "reference_s": reference_s}
+
+
+def repredict(data: Mapping, models: Sequence[str] = MODELS, seeds: int = SEEDS
+              ) -> dict[str, dict[str, float]]:
+    """Step seconds per model and order from saved inputs (:func:`inputs_to_json`); a
+    CPU model is left out where the run measured no compute reference."""
+    if data.get("version") != INPUTS_VERSION:
+        raise ValueError(f"simulator inputs of version {data.get('version')!r}; this "
+                         f"code reads version {INPUTS_VERSION}")
+    graphs = [Graph.from_json(g, f"graph {i}") for i, g in enumerate(data["graphs"])]
+    orders = {name: [(graphs[i], Schedule.from_json(s) if s else None) for i, s in rows]
+              for name, rows in data["orders"].items()}
+    pushes = ([{n: (c, int(b)) for n, (c, b) in p.items()} for p in data["pushes"]]
+              if data.get("pushes") else None)
+    reference_s = data.get("reference_s")
+    return {model: predictions(orders, data["compute"], data["compute_s"],
+                               data["rate_bits"], data["workers"], data["ps"], seeds=seeds,
+                               model=model, served=data.get("served"), pushes=pushes,
+                               align=data["align"], reference_s=reference_s)
+            for model in models if reference_s or not model.startswith(CPU)}
+
+
+def inputs_path(result_path: str) -> str:
+    """Where the simulator inputs of ``result_path`` (a result JSON) are saved."""
+    base = result_path[:-5] if result_path.endswith(".json") else result_path
+    return base + ".sim.json.gz"
+
+
+def save_inputs(result_path: str, per_run: Sequence[dict | None]) -> str:
+    """Writes each run's simulator inputs (None: that run simulated nothing)."""
+    path = inputs_path(result_path)
+    with gzip.open(path, "wt") as f:
+        json.dump(list(per_run), f, separators=(",", ":"))
+    return path
+
+
+def load_inputs(result_path: str) -> list[dict | None] | None:
+    """The saved simulator inputs of ``result_path`` per run, or None if none were saved."""
+    path = inputs_path(result_path)
+    if not os.path.exists(path):
+        return None
+    with gzip.open(path, "rt") as f:
+        return json.load(f)

@@ -457,16 +457,35 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def write_report(paths: Sequence[str], out_dir: str) -> str:
-    """Writes ``out_dir/report.md`` and its PNG plots; returns the Markdown path."""
+def load_results(paths: Sequence[str], repredict: bool = False) -> list[dict]:
+    """The result JSONs; ``repredict``: each run's ``predicted_step_s`` recomputed by
+    the current simulator from the inputs saved beside its result (a result without
+    them keeps the predictions it was written with)."""
+    from tictac_hooks.bench.predict import load_inputs, repredict as predict_again
+    results = []
+    for path in paths:
+        with open(path) as f:
+            result = json.load(f)
+        inputs = load_inputs(path) if repredict else None
+        if inputs is not None:
+            if len(inputs) != len(result["runs"]):
+                raise ValueError(f"{path}: {len(result['runs'])} runs but simulator inputs "
+                                 f"for {len(inputs)}")
+            for run, data in zip(result["runs"], inputs):
+                if data is not None:
+                    run["predicted_step_s"] = predict_again(data)
+        results.append(result)
+    return results
+
+
+def write_report(paths: Sequence[str], out_dir: str, repredict: bool = False) -> str:
+    """Writes ``out_dir/report.md`` and its PNG plots; returns the Markdown path.
+    ``repredict``: see :func:`load_results`."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    results = []
-    for path in paths:
-        with open(path) as f:
-            results.append(json.load(f))
+    results = load_results(paths, repredict)
     os.makedirs(out_dir, exist_ok=True)
     md = ["# TicTac benchmark: TensorFlow's default vs TicTac on a shaped network", ""]
     for result in results:
