@@ -348,6 +348,52 @@ def test_comm_bytes_are_what_each_ps_served_a_worker_per_step():
     assert served_bytes_per_ps(recs, ["p0", "p1", "p2"]) is None  # p2 recorded nothing
 
 
+def test_bytes_per_transfer_skips_a_name_seen_twice_in_one_step():
+    from tictac_hooks.records import TransferRecord
+    def rec(step, *sizes):
+        return dataclasses.replace(
+            _gate_step([], violations=0, skips=0, version=None), step_id=step,
+            transfers=tuple(TransferRecord(n, "pass", -1, b, 0.0, 0.0, -1, 0.0)
+                            for n, b in sizes))
+    records = [
+        # no order installed: both edges of "w" arrive under its node name
+        rec(1, ("w", 400), ("w", 8), ("v", 100)),
+        # an order naming the edges: the gate records each by its own name
+        rec(2, ("edge_1_w", 400), ("edge_2_w", 8), ("v", 120), ("other", 5)),
+        rec(3, ("edge_1_w", 402), ("edge_2_w", 8), ("v", 110)),
+    ]
+    sizes = metrics.bytes_per_transfer(records, ["edge_1_w", "edge_2_w", "v", "absent"])
+    assert sizes == {"edge_1_w": 401.0, "edge_2_w": 8.0, "v": 110.0}
+    assert metrics.bytes_per_transfer(records[:1], ["w"]) == {}  # ambiguous in every step
+
+
+def test_prediction_times_each_recv_by_its_own_served_bytes():
+    from tictac_hooks.bench.predict import predictions, timed
+    from tictac_hooks.graph import Graph, Op, Schedule
+    # a tensor over two edges: the trace gives both 300 B; the PS serves one 300 B, the
+    # other (feeding only z, the backward) 0 B
+    g = Graph([Op("a", "recv", channel="ps:0", bytes=100),
+               Op("e1", "recv", channel="ps:0", bytes=300),
+               Op("e2", "recv", channel="ps:0", bytes=300),
+               Op("x", "compute", ("a", "e1")), Op("z", "compute", ("x", "e2"))])
+    compute = {"x": 1.0, "z": 1.0}
+    known = {"e1": 300.0, "e2": 0.0}
+    # served 400 B: e1 and e2 take what they were served, a the rest (100 B)
+    t = timed(g, compute, 1.0, 100.0, served={"ps:0": 400.0}, transfer_bytes=known)
+    assert [t[n].time for n in ("a", "e1", "e2")] == pytest.approx([1.0, 3.0, 0.0])
+    # without them the channel's 700 traced bytes are scaled to 400 (4/7 each)
+    t = timed(g, compute, 1.0, 100.0, served={"ps:0": 400.0})
+    assert [t[n].time for n in ("a", "e1", "e2")] == pytest.approx([4 / 7, 12 / 7, 12 / 7])
+    # the channel left short: the unknown recvs get nothing, never a negative time
+    t = timed(g, compute, 1.0, 100.0, served={"ps:0": 250.0}, transfer_bytes=known)
+    assert t["a"].time == 0.0
+    # an order that sends the empty copy last: the forward waits for a and e1 only
+    order = Schedule.from_order("tic", ["a", "e1", "e2"])
+    step = predictions({"tic": [(g, order)]}, compute, 2.0, 8 * 100.0, 1, 1,
+                       served={"ps:0": 400.0}, transfer_bytes=known)["tic"]
+    assert step == pytest.approx(1.0 + 3.0 + 1.0 + 1.0)  # a, e1, then x, z
+
+
 def test_prediction_uses_the_bytes_the_ps_served_and_the_fair_share_of_the_link():
     from tictac_hooks.bench.predict import OVERHEAD, SCALED, predictions, timed
     from tictac_hooks.graph import Graph, Op, Schedule
@@ -430,8 +476,9 @@ def test_saved_simulator_inputs_repredict_the_same_steps_and_rebuild_the_report(
               "none": [(g, None), (h, None)]}
     compute, pushes = {"x": 1.0, "y": 1.0, "unused": 9.0}, [{"y": ("ps:0", 50)}] * 2
     align = {"tic": False, "none": True}
+    sizes = {"a": 50.0}
     data = inputs_to_json(orders, compute, 6.0, 800.0, 2, 1, {"ps:0": 400.0}, pushes,
-                          align, 2.0)
+                          align, 2.0, sizes)
     assert len(data["graphs"]) == 2 and "unused" not in data["compute"]  # each DAG once
     data = json.loads(json.dumps(data))
     again = repredict(data)
@@ -439,8 +486,14 @@ def test_saved_simulator_inputs_repredict_the_same_steps_and_rebuild_the_report(
     for model in MODELS:
         direct = predictions(orders, compute, 6.0, 800.0, 2, 1, model=model,
                              served={"ps:0": 400.0}, pushes=pushes, align=align,
-                             reference_s=2.0)
+                             reference_s=2.0, transfer_bytes=sizes)
         assert again[model] == pytest.approx(direct), model
+    # inputs saved before the per-transfer bytes (version 1) still re-predict
+    old = dict(data, version=1)
+    del old["transfer_bytes"]
+    assert repredict(old)["scaled"] == pytest.approx(predictions(
+        orders, compute, 6.0, 800.0, 2, 1, served={"ps:0": 400.0}, pushes=pushes,
+        align=align))
     assert "cpu" not in repredict(dict(data, reference_s=None))
     with pytest.raises(ValueError, match="version"):
         repredict(dict(data, version=0))

@@ -270,7 +270,8 @@ def _pushes(cfg: dict, r: "Runner", graphs: dict, traced: list
 def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
                rate_bits: float, served: dict[str, float],
                pushes: list[dict[str, tuple[str, int]]] | None = None,
-               reference_s: float | None = None
+               reference_s: float | None = None,
+               transfer_bytes: dict[str, float] | None = None
                ) -> tuple[dict[str, dict[str, float]], dict | None]:
     """The simulator's step seconds per model of the untraced compute (bench/predict.py)
     and schedule, and its inputs (saved beside the result, for a re-prediction);
@@ -295,6 +296,7 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     t0 = time.perf_counter()
     out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
                               cfg["ps"], model=model, served=served,
+                              transfer_bytes=transfer_bytes,
                               pushes=pushes if pushes and any(pushes) else None,
                               align=align, reference_s=reference_s)
            for model in MODELS if reference_s or not model.startswith(CPU)}
@@ -304,7 +306,7 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     _progress(cfg, f"simulated in {time.perf_counter() - t0:.1f} s")
     inputs = inputs_to_json(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
                             cfg["ps"], served, pushes if pushes and any(pushes) else None,
-                            align, reference_s)
+                            align, reference_s, transfer_bytes)
     return out, inputs
 
 
@@ -390,9 +392,6 @@ def run(cfg: dict) -> dict:
                        f"comm/comp {comm / comp:.2f}")
         controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
         check = _order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
-        predicted, sim_inputs = _predicted(cfg, names, controllers, compute, comp, rate_bits,
-                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
-                               compute_ref)
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}
@@ -434,6 +433,14 @@ def run(cfg: dict) -> dict:
                 if b0 <= rec.start <= b1:
                     by_schedule[name].append(rec)
                     break
+        # the simulator runs after the blocks: it times each recv by the bytes the PS
+        # served it with, which an installed order's records give edge by edge
+        sizes = metrics.bytes_per_transfer(rv_records.values(), recv_names)
+        _progress(cfg, f"served bytes known for {len(sizes)} of {len(recv_names)} recvs "
+                       f"({sum(sizes.values()) / 2**20:.1f} MiB)")
+        predicted, sim_inputs = _predicted(cfg, names, controllers, compute, comp, rate_bits,
+                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
+                               compute_ref, sizes)
         results = {}
         for name in names:
             summary = metrics.summarize(steps[name], global_batch, compute_ref, comm)
