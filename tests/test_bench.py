@@ -192,7 +192,8 @@ def test_prediction_section_errors_ranking_and_sweep_plot(tmp_path):
     assert "model scaled: median |error| 5.0%, largest 25.0% (target <= 10 %: MISSED)" in text
     assert "model overhead: median |error| 30.0%" in text
     assert "the sweep plots use, per configuration, the model with the smallest median " \
-        "|error| on it (resnet50/training/W2/P1: scaled)" in text
+        "|error| on it (resnet50/training/W2/P1: scaled, median |error| 5.0%, " \
+        "largest 25.0%)" in text
     assert "![resnet50/training/W2/P1: gain against comm/comp](sweep-resnet50-training-w2-p1.png)" \
         in text
     assert os.path.getsize(tmp_path / "out" / "sweep-resnet50-training-w2-p1.png") > 1000

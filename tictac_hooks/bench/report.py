@@ -370,7 +370,11 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
                    + (f"; gain over the gate with no order off by a median "
                       f"{off[len(off) // 2]:.1f} points (largest {off[-1]:.1f}) over "
                       f"{len(off)} order x ratio points" if off else ""))
-    per_label = [f"{label}: {model}" for label, model in best_models(rows).items()]
+    per_label = []
+    for label, model in best_models(rows).items():
+        errors = _abs_errors([r for r in rows if r["label"] == label], model)
+        per_label.append(f"{label}: {model}, median |error| {errors[len(errors) // 2]:.1%}, "
+                         f"largest {errors[-1]:.1%}")
     out.append(f"- the sweep plots use, per configuration, the model with the smallest "
                f"median |error| on it ({'; '.join(per_label)})")
     return out
