@@ -180,6 +180,11 @@ def test_prediction_section_errors_ranking_and_sweep_plot(tmp_path):
     assert by[(0.5, "none")]["overhead_error"] == pytest.approx(0.3)
     # scaled: errors 0, 2.2 %, 5 %, 25 %; overhead: 30 % everywhere
     assert best_model(rows) == "scaled"
+    # the largest error decides (the target bounds every point), not the median
+    mixed = [{"a_error": e, "b_error": f} for e, f in ((0.01, 0.05), (0.01, 0.06), (0.2, 0.07))]
+    assert best_model(mixed) == "b"
+    assert best_model([{"a_error": 0.1, "b_error": 0.1}, {"a_error": 0.0, "b_error": 0.05},
+                       {"a_error": 0.0, "b_error": 0.05}]) == "a"  # a tie: the median
     assert ranking_agreement(rows, "scaled") == (2, 2)
     assert list(sweep_groups([result])) == ["resnet50/training/W2/P1"]
     assert sweep_groups([_result()]) == {}  # one ratio: no sweep
@@ -191,8 +196,8 @@ def test_prediction_section_errors_ranking_and_sweep_plot(tmp_path):
             "| -25.0% |") in text
     assert "model scaled: median |error| 5.0%, largest 25.0% (target <= 10 %: MISSED)" in text
     assert "model overhead: median |error| 30.0%" in text
-    assert "the sweep plots use, per configuration, the model with the smallest median " \
-        "|error| on it (resnet50/training/W2/P1: scaled, median |error| 5.0%, " \
+    assert "the sweep plots use, per configuration, the model whose largest |error| on " \
+        "it is the smallest (resnet50/training/W2/P1: scaled, median |error| 5.0%, " \
         "largest 25.0%)" in text
     assert "![resnet50/training/W2/P1: gain against comm/comp](sweep-resnet50-training-w2-p1.png)" \
         in text
