@@ -626,6 +626,27 @@ def test_gains_count_against_the_fastest_baseline_stock_included():
     assert smallest_gain(run, "absent") is None
 
 
+def test_targets_tally_cv_only_where_the_default_varies_and_stragglers_and_e():
+    from tictac_hooks.bench.report import targets
+    result = _sweep_result()
+    slow, steady = result["runs"]
+    # run 1: the default varies (CV 0.1), tic much less (CV 0.01): a 10x cut
+    slow["schedules"]["none"] = metrics.summarize(
+        [ClientStep("none", t, (t, t)) for t in (0.9, 1.1, 0.9, 1.1)], 4, 0.5, 0.5)
+    slow["schedules"]["tic"] = metrics.summarize(
+        [ClientStep("tic", t, (t, t)) for t in (0.891, 0.909, 0.891, 0.909)], 4, 0.5, 0.5)
+    slow["vs_default"] = metrics.compare(slow["schedules"])
+    lines = targets([result])
+    run1 = next(t for t in lines if "@ 200mbit: throughput" in t)
+    run2 = next(t for t in lines if "@ 50mbit: throughput" in t)
+    assert "(default's CV 0.115; target >= 3x)" in run1  # sample std
+    assert "(default's CV 0.000 <= 0.03: no target)" in run2  # steady default: none to cut
+    (cv,) = [t for t in lines if t.startswith("- step-time CV cut")]
+    assert "met on 1 of 1 runs (resnet50/training/W2/P1 @ 200mbit); best 10.00" in cv
+    (e,) = [t for t in lines if t.startswith("- median E")]
+    assert "of 2 runs" in e
+
+
 def test_checked_schedule_is_held_to_never_more_than_1_pct_slower():
     from tictac_hooks.bench.report import checked_targets, targets
     result = _sweep_result()
