@@ -14,7 +14,7 @@ import json
 import os
 import re
 import statistics
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from tictac_hooks.bench.client import DIRECT as DEFAULT  # TensorFlow's default, twin PS
 from tictac_hooks.bench.client import PASSTHROUGH as SAME_PATH  # the gate with no order
@@ -124,6 +124,11 @@ def unscheduled_section(results: Sequence[dict], schedule: str = "tic",
     return out
 
 
+def _largest(values: Iterable[float | None]) -> float | None:
+    """The largest of the values that are known (None: none is)."""
+    return max((v for v in values if v is not None), default=None)
+
+
 def targets(results: Sequence[dict]) -> list[str]:
     """The issue's targets, checked on these results (best of TIC/TAC per run)."""
     out = []
@@ -152,23 +157,20 @@ def targets(results: Sequence[dict]) -> list[str]:
             eff = {n: sched[n].get("efficiency_median") for n in tictac}
             def join(values: dict, spec: str, unit: str = "") -> str:
                 return ", ".join(f"{n} {_fmt(v, spec)}{unit}" for n, v in values.items())
-            def best(values: dict) -> float | None:
-                present = [v for v in values.values() if v is not None]
-                return max(present) if present else None
             base_cv = sched[DEFAULT].get("step_time_cv")
             line = (f"- {label}: throughput {join(gains, '+.1f', ' %')} (over the fastest "
                     f"of {', '.join(b for b in BASELINES if b in sched)}); "
                     f"CV cut {join(cv, '.2f', 'x')} ")
             if base_cv is not None and base_cv > CV_FLOOR:
                 line += f"(default's CV {base_cv:.3f}; target >= 3x); "
-                tally["cv"].append((best(cv), label))
+                tally["cv"].append((_largest(cv.values()), label))
             else:
                 line += (f"(default's CV {_fmt(base_cv, '.3f')} <= {CV_FLOOR}: "
                          f"no target); ")
             if result["config"]["workers"] > 1:
                 line += f"straggler cut {join(st, '.2f', 'x')} (target >= 2.3x); "
-                tally["straggler"].append((best(st), label))
-            tally["e"].append((best(eff), label))
+                tally["straggler"].append((_largest(st.values()), label))
+            tally["e"].append((_largest(eff.values()), label))
             out.append(line + f"E {join(eff, '.2f')} (target >= 0.9)")
     head = []
     versus_layer = []  # (best of TIC/TAC over layer order in %, run)
@@ -204,10 +206,9 @@ def targets(results: Sequence[dict]) -> list[str]:
         if not runs:
             continue
         met = [label for v, label in runs if v is not None and v >= want]
-        top = max((v for v, _ in runs if v is not None), default=None)
         head.append(f"- {what} (the better of TIC/TAC): met on {len(met)} of {len(runs)} "
                     f"runs{' (' + ', '.join(met) + ')' if met else ''}; best "
-                    f"{_fmt(top, '.2f')}")
+                    f"{_fmt(_largest(v for v, _ in runs), '.2f')}")
     head += checked_targets(results)
     return head + out
 
