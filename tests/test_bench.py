@@ -354,23 +354,32 @@ def test_comm_bytes_are_what_each_ps_served_a_worker_per_step():
     assert served_bytes_per_ps(recs, ["p0", "p1", "p2"]) is None  # p2 recorded nothing
 
 
-def test_bytes_per_transfer_skips_a_name_seen_twice_in_one_step():
-    from tictac_hooks.records import TransferRecord
+def test_bytes_per_transfer_names_each_edge_of_a_tensor_sent_over_two():
+    from tictac_hooks.records import TransferRecord, bytes_per_transfer
     def rec(step, *sizes):
         return dataclasses.replace(
             _gate_step([], violations=0, skips=0, version=None), step_id=step,
-            transfers=tuple(TransferRecord(n, "pass", -1, b, 0.0, 0.0, -1, 0.0)
-                            for n, b in sizes))
+            transfers=tuple(TransferRecord(n, "pass", -1, b, 0.0, 0.0, -1, 0.0,
+                                           tensor=tensor)
+                            for n, b, tensor in sizes))
     records = [
-        # no order installed: both edges of "w" arrive under its node name
-        rec(1, ("w", 400), ("w", 8), ("v", 100)),
+        # an older gate, no order installed: both edges of "w" under its node name
+        rec(1, ("w", 400, ""), ("w", 8, ""), ("v", 100, "")),
         # an order naming the edges: the gate records each by its own name
-        rec(2, ("edge_1_w", 400), ("edge_2_w", 8), ("v", 120), ("other", 5)),
-        rec(3, ("edge_1_w", 402), ("edge_2_w", 8), ("v", 110)),
+        rec(2, ("edge_1_w", 400, ""), ("edge_2_w", 8, ""), ("v", 120, ""), ("other", 5, "")),
+        rec(3, ("edge_1_w", 402, ""), ("edge_2_w", 8, ""), ("v", 110, "")),
     ]
-    sizes = metrics.bytes_per_transfer(records, ["edge_1_w", "edge_2_w", "v", "absent"])
-    assert sizes == {"edge_1_w": 401.0, "edge_2_w": 8.0, "v": 110.0}
-    assert metrics.bytes_per_transfer(records[:1], ["w"]) == {}  # ambiguous in every step
+    names = ["edge_1_w", "edge_2_w", "v", "absent"]
+    assert bytes_per_transfer(records, names) == {"edge_1_w": 401.0, "edge_2_w": 8.0,
+                                                  "v": 110.0}
+    assert bytes_per_transfer(records[:1], ["w"]) == {}  # ambiguous in every step
+    # no order installed, the gate saying which edge each copy was
+    profiled = [rec(4, ("w", 398, "edge_1_w"), ("w", 8, "edge_2_w"), ("v", 100, ""))]
+    assert bytes_per_transfer(profiled) == {"edge_1_w": 398.0, "edge_2_w": 8.0, "v": 100.0}
+    # an errored call says nothing about its size
+    failed = [dataclasses.replace(profiled[0], transfers=(
+        dataclasses.replace(profiled[0].transfers[0], error="CANCELLED"),))]
+    assert bytes_per_transfer(failed) == {}
 
 
 def test_prediction_times_each_recv_by_its_own_served_bytes():

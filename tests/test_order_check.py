@@ -134,3 +134,34 @@ def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():
         TicTac(align="sideways")
     with pytest.raises(ValueError, match="training must be True or False"):
         TicTacHook(training="yes")
+
+
+def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
+    """The trace gives both edges of a tensor sent over two edges the tensor's size; the
+    PS serves it over one and a few bytes over the other (the copy feeding only the
+    gradient's ShapeN). The profiling records say which edge each copy was, and TAC's
+    oracle takes those bytes (a recv no record holds keeps its traced size)."""
+    from tictac_hooks.callbacks.controller import Controller, Settings
+    from tictac_hooks.graph import Graph, Op
+    from tictac_hooks.records import GateStep, TransferRecord
+
+    def rec(step, *sizes):
+        return GateStep(step_id=step, worker=W0, schedule_version=None, algorithm=None,
+                        complete=True, order=tuple(n for n, _, _ in sizes),
+                        transfers=tuple(TransferRecord(n, "pass", -1, b, 0.0, 0.0, -1, 0.0,
+                                                       tensor=t) for n, b, t in sizes),
+                        bytes=sum(b for _, b, _ in sizes), start=0.0, end=1.0, skipped=(),
+                        skips=0, violations=0, reordered=0, unlisted=(), ps="ps0")
+    g = Graph([Op("edge_1_w", "recv", channel="ps0", bytes=400),
+               Op("edge_2_w", "recv", channel="ps0", bytes=400),
+               Op("v", "recv", channel="ps0", bytes=100),
+               Op("u", "recv", channel="ps0", bytes=50),
+               Op("x", "compute", ("edge_1_w", "v", "u")), Op("z", "compute", ("x", "edge_2_w"))])
+    c = Controller(["127.0.0.1:1"], Settings.resolve(algorithm="tac"), install=False)
+    c.steplog.add([rec(s, ("w", 400, "edge_1_w"), ("w", 8, "edge_2_w"), ("v", 90 + s, ""))
+                   for s in (1, 2, 3)])
+    c._link_rate = 100.0
+    timed = c._timed(g, {"x": 1.0, "z": 2.0})
+    assert [timed[n].time for n in ("edge_1_w", "edge_2_w", "v", "u")] == \
+        pytest.approx([4.0, 0.08, 0.92, 0.5])
+    assert (timed["x"].time, timed["z"].time) == (1.0, 2.0)

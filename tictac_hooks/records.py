@@ -16,7 +16,8 @@ Standard library only.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import statistics
+from typing import Any, Iterable, Mapping
 
 # A worker step's phase: profiling in TensorFlow's order, in TicTac's order, or a check
 # block in TensorFlow's order after the switch.
@@ -48,6 +49,9 @@ class TransferRecord:
     release_seq: int  # release order among listed transfers, gate-wide (-1: none)
     handback: float  # response handed to gRPC (0: not yet)
     error: str = ""  # a failed call's status
+    # The key's full tensor name (edge_<n>_...), recorded where ``name`` came twice in
+    # the step (a tensor sent over two edges, under its node's name): which edge it was.
+    tensor: str = ""
 
     def to_json(self) -> dict[str, Any]:
         out = {"name": self.name, "state": self.state, "priority": self.priority,
@@ -55,6 +59,8 @@ class TransferRecord:
                "release_seq": self.release_seq, "handback": self.handback}
         if self.error:
             out["error"] = self.error
+        if self.tensor:
+            out["tensor"] = self.tensor
         return out
 
     @classmethod
@@ -62,7 +68,7 @@ class TransferRecord:
         f = lambda k: _field(d, k, "transfer")  # noqa: E731
         return cls(f("name"), f("state"), int(f("priority")), int(f("bytes")),
                    float(f("arrive")), float(f("release")), int(f("release_seq")),
-                   float(f("handback")), str(d.get("error", "")))
+                   float(f("handback")), str(d.get("error", "")), str(d.get("tensor", "")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +140,38 @@ class GateStep:
                    tuple(SkipRecord.from_json(s) for s in f("skipped")), int(f("skips")),
                    int(f("violations")), int(f("reordered")), tuple(f("unlisted")),
                    ps if ps is not None else str(d.get("ps", "")))
+
+
+def served_sizes(record: GateStep) -> dict[str, int]:
+    """Transfer name -> the bytes the PS served it with in one step record. A tensor
+    sent over two edges comes twice under its node's name unless the installed order
+    names its edges; each copy then counts under its edge's name (its record's
+    ``tensor``), and a name twice in a record without it counts for neither edge."""
+    counts: dict[str, int] = {}
+    for t in record.transfers:
+        counts[t.name] = counts.get(t.name, 0) + 1
+    out = {}
+    for t in record.transfers:
+        if t.error:
+            continue
+        if counts[t.name] == 1:
+            out[t.name] = t.bytes
+        elif t.tensor:
+            out[t.tensor] = t.bytes
+    return out
+
+
+def bytes_per_transfer(records: Iterable[GateStep], names: Iterable[str] | None = None
+                       ) -> dict[str, float]:
+    """Per transfer (of ``names``, the DAGs' recvs; None: all), the median bytes the PS
+    served it with over ``records`` (:func:`served_sizes`)."""
+    wanted = set(names) if names is not None else None
+    sizes: dict[str, list[int]] = {}
+    for r in records:
+        for name, nbytes in served_sizes(r).items():
+            if wanted is None or name in wanted:
+                sizes.setdefault(name, []).append(nbytes)
+    return {n: float(statistics.median(b)) for n, b in sorted(sizes.items())}
 
 
 def checked_steps(steps: Any) -> list[dict[str, Any]]:

@@ -144,6 +144,7 @@ def normalized(records: list[dict]) -> list[dict]:
         "complete": r["complete"], "order": r["order"],
         "states": [(t["name"], t["state"], t["priority"], t["bytes"]) for t in r["transfers"]],
         "errors": [t.get("error", "") for t in r["transfers"]],
+        "tensors": [t.get("tensor", "") for t in r["transfers"]],
         "skipped": [(k["name"], k["reason"]) for k in r["skipped"]],
         "skips": r["skips"], "violations": r["violations"], "reordered": r["reordered"],
         "unlisted": r["unlisted"], "bytes": r["bytes"]} for r in records),
@@ -285,12 +286,27 @@ def a_tensor_sent_twice_is_ordered_by_its_full_name(d):
     return lambda recs: recs[-1]["order"] == ["edge_5_x", "edge_3_x"]
 
 
+def each_copy_of_a_tensor_sent_twice_says_its_edge(d):
+    # No order: both copies come under the node's name, and each record says which edge
+    # it was (the bytes the PS serves each edge: a few over the copy feeding only the
+    # gradient's ShapeN). A name that comes once records no edge.
+    d.arrive("x3", 1, key("x", edge=3))
+    d.ready("x3", nbytes=4000)
+    d.arrive("x5", 1, key("x", edge=5))
+    d.ready("x5", nbytes=21)
+    d.arrive("v", 1, key("v", edge=7))
+    d.ready("v", nbytes=50)
+    return lambda recs: (recs[0]["order"] == ["x", "x", "v"]
+                         and recs[0]["tensors"] == ["edge_3_x", "edge_5_x", ""])
+
+
 SCENARIOS = [reversed_order, unlisted_pass_straight_through, ready_before_its_turn_waits,
              a_transfer_that_never_comes_is_skipped, a_slow_transfer_is_skipped_then_late,
              absent_after_two_steps_is_skipped_at_once, duplicate_and_late_names,
              per_destination_view, a_step_binds_to_the_schedule_at_its_first_transfer,
              an_error_response_goes_at_once_and_advances,
-             a_tensor_sent_twice_is_ordered_by_its_full_name]
+             a_tensor_sent_twice_is_ordered_by_its_full_name,
+             each_copy_of_a_tensor_sent_twice_says_its_edge]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
-from tictac_hooks.records import ClientStep, GateStep
+from tictac_hooks.records import ClientStep, GateStep, bytes_per_transfer
 
 DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvous
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
@@ -435,7 +435,7 @@ def run(cfg: dict) -> dict:
                     break
         # the simulator runs after the blocks: it times each recv by the bytes the PS
         # served it with, which an installed order's records give edge by edge
-        sizes = metrics.bytes_per_transfer(rv_records.values(), recv_names)
+        sizes = bytes_per_transfer(rv_records.values(), recv_names)
         _progress(cfg, f"served bytes known for {len(sizes)} of {len(recv_names)} recvs "
                        f"({sum(sizes.values()) / 2**20:.1f} MiB)")
         predicted, sim_inputs = _predicted(cfg, names, controllers, compute, comp, rate_bits,

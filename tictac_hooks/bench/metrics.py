@@ -94,24 +94,6 @@ def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
     }
 
 
-def bytes_per_transfer(records: Iterable[GateStep], names: Iterable[str]) -> dict[str, float]:
-    """Per transfer of ``names`` (the DAGs' recvs), the median bytes the PS served it
-    with, over the step records that hold it once. A tensor sent over two edges comes
-    twice under its node's name unless the installed order names its edges (the gate
-    then records each edge by its own name), so a name seen twice in one record says
-    nothing about either edge and that record does not count for it."""
-    wanted = set(names)
-    sizes: dict[str, list[int]] = {}
-    for r in records:
-        counts: dict[str, int] = {}
-        for t in r.transfers:
-            counts[t.name] = counts.get(t.name, 0) + 1
-        for t in r.transfers:
-            if t.name in wanted and counts[t.name] == 1 and not t.error:
-                sizes.setdefault(t.name, []).append(t.bytes)
-    return {n: float(statistics.median(b)) for n, b in sorted(sizes.items())}
-
-
 def unscheduled_transfers(records: Iterable[GateStep], late: Iterable[str] = (),
                           in_graph: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The transfers the installed order did not name (``unlisted`` in scheduled steps),

@@ -15,10 +15,11 @@ import statistics
 from typing import Any, Callable, Iterable
 
 from tictac_hooks.records import (CHECK, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
-                                  WorkerStep)
+                                  WorkerStep, bytes_per_transfer)
 
 _KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
+_KEEP_PROFILED = 256         # unscheduled (PS, step, worker) records, for served sizes
 
 
 @dataclasses.dataclass
@@ -74,6 +75,9 @@ class StepLog:
         self._count: dict[str, int] = collections.defaultdict(int)
         self.served: dict[str, set[str]] = collections.defaultdict(set)  # while profiling
         self.best_link_rate: float | None = None                          # bytes/s
+        # the latest unscheduled records by (PS, step, worker): what each transfer is
+        # served with in TensorFlow's order (a record re-reported replaces itself)
+        self._profiled: collections.OrderedDict[tuple, GateStep] = collections.OrderedDict()
         self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
         self.order = collections.Counter()  # scheduled / followed / skips / violations
@@ -98,9 +102,20 @@ class StepLog:
             step.per_ps[rec.ps] = rec
             if not rec.scheduled:
                 self.served[worker].update(rec.order)
+                key = (rec.ps, rec.step_id, worker)
+                self._profiled.pop(key, None)
+                self._profiled[key] = rec
+                while len(self._profiled) > _KEEP_PROFILED:
+                    self._profiled.popitem(last=False)
                 if rec.end > rec.start and rec.bytes > 0:
                     rate = rec.bytes / (rec.end - rec.start)
                     self.best_link_rate = max(self.best_link_rate or 0.0, rate)
+
+    def transfer_bytes(self) -> dict[str, float]:
+        """Transfer name -> the median bytes the PSes served it with in the latest
+        unscheduled steps; each edge of a tensor sent over two edges under its own name
+        (records.served_sizes)."""
+        return bytes_per_transfer(self._profiled.values())
 
     def finalize(self, paused: Callable[[float, float], float],
                  efficiency: Callable[[_Pending, float | None], float | None],

@@ -129,7 +129,7 @@ class Ticket:
 
     __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
                  "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel",
-                 "charge", "rseq")
+                 "charge", "rseq", "tensor")
 
     def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
         self.step_id = step_id
@@ -147,6 +147,7 @@ class Ticket:
         self.channel: _Channel | None = None
         self.charge = 0  # bytes it counts against the window while in flight
         self.rseq = -1   # release order among listed transfers (gate-wide sequence)
+        self.tensor = ""  # the key's full tensor name, where it is not ``name``
 
     def __lt__(self, other: "Ticket") -> bool:
         return (self.priority, self.seq) < (other.priority, other.seq)
@@ -195,6 +196,9 @@ class _Channel:
 
     def record(self) -> GateStep:
         handed = self.handed
+        # a name handed back twice (a tensor over two edges, recorded under its node):
+        # each copy's record says its edge (as gate.cc's Record)
+        named = collections.Counter(t.name for t in handed)
         listed = self.installed.priority if self.installed else {}
         return GateStep(
             step_id=self.step_id, worker=self.dest,
@@ -203,7 +207,8 @@ class _Channel:
             complete=self.finished, order=tuple(t.name for t in handed),
             transfers=tuple(TransferRecord(t.name, t.state, t.priority, t.nbytes,
                                            t.t_arrive, t.t_release, t.rseq, t.t_handback,
-                                           t.error) for t in handed),
+                                           t.error, t.tensor if named[t.name] > 1 else "")
+                            for t in handed),
             bytes=sum(t.nbytes for t in handed),
             start=min((t.t_arrive for t in handed), default=self.t_first),
             end=max((t.t_handback for t in handed), default=self.t_first),
@@ -313,6 +318,8 @@ class Gate:
             if channel.installed is not None and tensor in channel.installed.priority:
                 name = tensor
         ticket = Ticket(step_id, dest, name, now)
+        if tensor and tensor != name:
+            ticket.tensor = tensor
         if room:
             self._served.add(name)
             self._served_by_dest[dest].add(name)

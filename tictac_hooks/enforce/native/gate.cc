@@ -185,6 +185,11 @@ struct Channel {
       << ",\"algorithm\":" << (installed ? JsonStr(installed->algorithm) : "null")
       << ",\"complete\":" << (finished ? "true" : "false") << ",\"order\":[";
     for (size_t i = 0; i < handed.size(); ++i) o << (i ? "," : "") << JsonStr(handed[i]->name);
+    // A name handed back twice (a tensor sent over two edges, recorded under its node)
+    // says which edge each copy was: its full tensor name, so that the bytes the PS
+    // serves each edge are known before any order names the edges.
+    std::unordered_map<std::string, int> times_named;
+    for (const auto& t : handed) times_named[t->name] += 1;
     o << "],\"transfers\":[";
     for (size_t i = 0; i < handed.size(); ++i) {
       const auto& t = *handed[i];
@@ -194,6 +199,7 @@ struct Channel {
         << ",\"release\":" << JsonNum(t.t_ready) << ",\"release_seq\":" << t.rseq
         << ",\"handback\":" << JsonNum(t.t_handback);
       if (!t.error.empty()) o << ",\"error\":" << JsonStr(t.error);
+      if (!t.tensor.empty() && times_named[t.name] > 1) o << ",\"tensor\":" << JsonStr(t.tensor);
       o << "}";
     }
     o << "],\"bytes\":" << bytes << ",\"start\":" << JsonNum(start)
@@ -441,6 +447,7 @@ TicketPtr Gate::Arrive(int64_t step_id, const std::string& rendezvous_key) {
     t->step_id = step_id;
     t->dest = key.dest;
     t->name = name;
+    if (key.tensor != name) t->tensor = key.tensor;
     t->t_arrive = now;
     t->channel = ch;
     ch->all.push_back(t);

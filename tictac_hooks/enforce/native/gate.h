@@ -89,6 +89,7 @@ using HandBack = std::function<void()>;
 struct Ticket {
   int64_t step_id = 0;
   std::string dest, name;
+  std::string tensor;  // the key's full tensor name, where it is not ``name``
   State state = State::kPass;
   int priority = -1;
   int64_t seq = 0;
