@@ -693,3 +693,45 @@ def test_table_gives_the_wire_time_over_the_compute_reference():
     run.update(comm_s=0.5, compute_s=0.2)
     assert wire_compute(run) == pytest.approx(2.5)
     assert "| 100mbit | 1.00 | 2.50 | none |" in text_table([result])
+
+
+class _OneHostCluster:
+    """What the bench driver asks of a cluster, with ``spawn_in`` running a stand-in for
+    the benchmark client: it saves its first bandwidth the way the client does, then
+    hangs where the second would be measured."""
+    ps_addresses = ["localhost:1"]
+    worker_addresses = ["localhost:2"]
+    tasks: list = []
+
+    def __init__(self, saves_a_bandwidth: bool):
+        self.saves = saves_a_bandwidth
+
+    def child_env(self):
+        return dict(os.environ)
+
+    def spawn_in(self, host, argv, **kw):
+        code = ("import json, sys, time\n"
+                "from tictac_hooks.bench.client import save_result\n"
+                "cfg = json.load(open(sys.argv[1]))\n"
+                + ("save_result(cfg['out'], {'runs': [{'rate_bits': 4e8}], "
+                   "'compute': {}})\n" if self.saves else "")
+                + "time.sleep(60)\n")
+        return subprocess.Popen([sys.executable, "-c", code, argv[-1]], cwd=ROOT, **kw)
+
+
+def test_a_run_cut_short_keeps_the_bandwidths_it_finished(tmp_path):
+    from tictac_hooks.bench.runner import _drive
+    said = []
+    cfg = {"interposed_tasks": [0], "direct_tasks": [], "out": str(tmp_path / "r.json")}
+    result = _drive(_OneHostCluster(True), cfg, str(tmp_path), 3.0, None, said.append)
+    assert result["runs"] == [{"rate_bits": 4e8}]
+    assert result["incomplete"] == "the benchmark client did not finish within 3 s (--timeout)"
+    assert "keeping the 1 bandwidth(s) it finished (400 Mbit/s)" in said[-1]
+    os.remove(cfg["out"])
+    with pytest.raises(TimeoutError, match="before any bandwidth was measured"):
+        _drive(_OneHostCluster(False), cfg, str(tmp_path), 3.0, None, said.append)
+    from tictac_hooks.bench.report import text_table
+    cut = dict(_result(), incomplete=result["incomplete"])
+    assert "**INCOMPLETE** (resnet50/training/W2/P1: the benchmark client did not finish" \
+        in text_table([cut])
+    assert "INCOMPLETE" not in text_table([_result()])

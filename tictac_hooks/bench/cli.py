@@ -107,6 +107,11 @@ def _bench(args: argparse.Namespace) -> int:
         with open(args.json_out, "w") as f:
             json.dump(result, f, indent=1)
         print(f"wrote {args.json_out}", file=sys.stderr)
+    if result.get("incomplete"):
+        print(f"tictac bench: error: {result['incomplete']}; the result holds the "
+              f"{len(result['runs'])} of {len(settings['bandwidth'])} bandwidth(s) it "
+              f"finished (raise --timeout to measure them all)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -469,9 +469,21 @@ def run(cfg: dict) -> dict:
             "sim_inputs": sim_inputs,
         })
         clear_everywhere(cfg["ps_addresses"])
+        # each finished bandwidth is kept: a run cut short by --timeout keeps these
+        save_result(cfg["out"], {"param_bytes": r.work.param_bytes,
+                                 "global_batch": global_batch, "compute": compute_info,
+                                 "runs": runs})
     r.close()
     return {"param_bytes": r.work.param_bytes, "global_batch": global_batch,
             "compute": compute_info, "runs": runs}
+
+
+def save_result(path: str, result: dict) -> None:
+    """Writes ``result`` to ``path`` whole or not at all (a reader never sees half)."""
+    tmp = f"{path}.part"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, path)
 
 
 def _median(xs: list[float]) -> float:
@@ -483,9 +495,7 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with open(argv[0]) as f:
         cfg = json.load(f)
-    result = run(cfg)
-    with open(cfg["out"], "w") as f:
-        json.dump(result, f)
+    save_result(cfg["out"], run(cfg))
     print(json.dumps({"event": "done"}), flush=True)
     return 0
 

@@ -78,6 +78,9 @@ def text_table(results: Sequence[dict]) -> str:
         if not result["network"]["shaped"]:
             lines.append(f"**LOOPBACK FALLBACK, NOT A SHAPED NETWORK** "
                          f"({result['config']['label']}: {result['network'].get('reason')})\n")
+        if result.get("incomplete"):
+            lines.append(f"**INCOMPLETE** ({result['config']['label']}: "
+                         f"{result['incomplete']}; only the bandwidths below were measured)\n")
     lines += ["| config | link | comm/comp | wire/compute | schedule | samples/s | vs default "
               "| vs gate, no order | median ms | p95 ms | CV | straggler % | E median "
               "| violations | matched |",

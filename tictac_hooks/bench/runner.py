@@ -246,8 +246,8 @@ def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
         while not done:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"the benchmark client did not finish within "
-                                   f"{timeout_s:.0f} s (--timeout)")
+                return _cut_short(cfg["out"], f"the benchmark client did not finish "
+                                              f"within {timeout_s:.0f} s (--timeout)", say)
             if not sel.select(timeout=min(left, 5.0)):
                 if proc.poll() is not None:
                     break
@@ -279,3 +279,20 @@ def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
                            f"task logs:\n{logs}")
     with open(cfg["out"]) as f:
         return json.load(f)
+
+
+def _cut_short(out: str, why: str, say: Callable[[str], None]) -> dict:
+    """The bandwidths the client finished before ``why`` (it saves each as it ends),
+    marked ``incomplete``; raises TimeoutError where it finished none."""
+    try:
+        with open(out) as f:
+            result = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        result = {}
+    if not result.get("runs"):
+        raise TimeoutError(f"{why}, before any bandwidth was measured")
+    done = ", ".join(f"{r['rate_bits'] / 1e6:.0f} Mbit/s" for r in result["runs"])
+    say(f"WARNING: {why}; keeping the {len(result['runs'])} bandwidth(s) it finished "
+        f"({done})")
+    result["incomplete"] = why
+    return result
