@@ -263,6 +263,13 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     else:
         assert not result["schedules"]["checked"]["matched"]
     assert "[bench mobilenetv2/inference/W2/P1] order check (12 steps" in stderr
+    # each round held the calibration blocks, and the simulator got their medians
+    from tictac_hooks.bench.predict import load_inputs
+    (run,) = result["runs"]
+    assert len(run["in_run"]["fast_link_steps"]) == len(run["in_run"]["compute_steps"]) == 4
+    assert run["in_run"]["fast_link_s"] > 0 and run["in_run"]["compute_s"] > 0
+    assert load_inputs(str(out))[0]["compute_s"] == run["in_run"]["fast_link_s"]
+    assert load_inputs(str(out))[0]["reference_s"] == run["in_run"]["compute_s"]
     assert "| mobilenetv2/inference/W2/P1" in stdout
     assert not [ns for ns in netns._namespaces() if ns.startswith(f"{netns.PREFIX}-")
                 and ns.split("-")[1] == str(proc.pid)]
@@ -300,6 +307,60 @@ def test_compute_is_measured_once_the_step_time_has_settled():
     calls = []
     assert settled_makespans(lambda: calls.append(1) or 1.0, 5, steps=4) == [1.0] * 5
     assert len(calls) == 10
+
+
+def test_calibration_blocks_measure_the_fast_link_and_the_compute_in_the_rounds(monkeypatch):
+    from tictac_hooks.bench import client
+    asked = []
+    monkeypatch.setattr(client, "_ask", lambda event: asked.append(event) or "shaped")
+
+    class Runner:  # steps of 1.0 s over the link, 0.5 s with no transfer
+        def __init__(self):
+            self.calls = []
+
+        def step(self, which):
+            self.calls.append(("step", which))
+            return ClientStep("", 1.0 + 0.1 * len(self.calls), ())
+
+        def compute_step(self):
+            self.calls.append(("compute", None))
+            return ClientStep("", 0.5, ())
+    cfg = {"shaped": True, "profile_rate_bits": 1e11, "settle_steps": 1, "block_steps": 3}
+    r = Runner()
+    fast = client._calibration_block(cfg, r, client.FAST_LINK, 2e9)
+    # the link goes to the profiling rate for the block and back to the run's rate; the
+    # settle step is not measured
+    assert asked == [{"event": "reshape", "rate_bits": 1e11},
+                     {"event": "reshape", "rate_bits": 2e9}]
+    assert fast == pytest.approx([1.2, 1.3, 1.4]) and r.calls == [("step", 0)] * 4
+    asked.clear()
+    assert client._calibration_block(cfg, r, client.NO_TRANSFER, 2e9) == [0.5] * 3
+    assert not asked  # the compute reference moves nothing: no reshape
+    # a failing step still gives the link back its rate
+    r.step = lambda which: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        client._calibration_block(cfg, r, client.FAST_LINK, 2e9)
+    assert asked[-1] == {"event": "reshape", "rate_bits": 2e9}
+    asked.clear()
+    client._calibration_block(dict(cfg, shaped=False), Runner(), client.FAST_LINK, 2e9)
+    assert not asked  # loopback: nothing to reshape
+    # the medians the simulator gets, and none without both kinds of block
+    got = client.in_run_compute({client.FAST_LINK: [0.3, 0.1, 0.2],
+                                 client.NO_TRANSFER: [0.05, 0.07]})
+    assert got["fast_link_s"] == pytest.approx(0.2) and got["compute_s"] == pytest.approx(0.06)
+    assert client.in_run_compute({client.FAST_LINK: [0.3], client.NO_TRANSFER: []}) is None
+
+
+def test_report_names_the_compute_the_simulator_got_per_run():
+    from tictac_hooks.bench.report import prediction_section
+    result = _sweep_result()
+    result["compute"] = {"fast_link_s": 0.27, "compute_s": 0.14}
+    result["runs"][0]["in_run"] = {"fast_link_s": 0.31, "compute_s": 0.15}
+    text = "\n".join(prediction_section([result]))
+    assert ("resnet50/training/W2/P1 @ 200mbit: the simulator's compute from this rate's "
+            "calibration blocks: fast link 310 ms (profiled 270), no transfer 150 ms "
+            "(profiled 140)") in text
+    assert "@ 50mbit: the simulator's compute" not in text  # that run had no blocks
 
 
 def test_readme_block_is_generated_between_its_markers():

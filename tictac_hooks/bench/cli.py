@@ -68,6 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pin-workers", action="store_true",
                    help="run worker k on CPU k (mod the CPUs): the workers of a step do "
                         "not share a core, as on a cluster of one machine per worker")
+    p.add_argument("--no-calibration", dest="calibrate", action="store_false",
+                   help="leave out the calibration blocks (the gate with no order over the "
+                        "fast profiling link, and the compute reference) from each round; "
+                        "the simulator then takes its compute from the profiling phase")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="bound on the run, seconds (default 1800)")
     p.set_defaults(func=_bench)
@@ -89,7 +93,7 @@ def _bench(args: argparse.Namespace) -> int:
                     schedules=None if args.schedules is None else
                     [s.strip() for s in args.schedules.split(",") if s.strip()],
                     loopback=args.loopback, timeout_s=args.timeout, backend=args.backend,
-                    pin_workers=args.pin_workers)
+                    pin_workers=args.pin_workers, calibrate=args.calibrate)
     for name in ("window_bytes", "check_rounds", "check_block_steps", "conserve_after_s"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)

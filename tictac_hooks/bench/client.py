@@ -46,6 +46,14 @@ STOCK = "stock"
 CHECKED = "checked"
 OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE, WC) for a in ALGORITHMS) + (STOCK,
                                                                                   CHECKED)
+# Calibration blocks, in every round's rotation beside the schedules (not schedules: no
+# result row): the gate with no order over the fast profiling link, and the compute
+# reference (no transfer). The simulator's compute is what they measure in the same
+# rounds as the steps it predicts, so the machine's drift between the profiling phase
+# and the blocks is not counted as model error (ResNet-50 inference: 270 ms profiled
+# over the fast link, 310-330 ms for every schedule at comm/comp 0.25 in the same run).
+FAST_LINK, NO_TRANSFER = "@fast-link", "@no-transfer"
+CALIBRATION = (FAST_LINK, NO_TRANSFER)
 
 
 def _algorithm(name: str) -> str:
@@ -310,6 +318,35 @@ def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, co
     return out, inputs
 
 
+def _calibration_block(cfg: dict, r: Runner, name: str, rate_bits: float) -> list[float]:
+    """One calibration block's step times: FAST_LINK, the gate with no order (every
+    controller is suspended between blocks) over the fast profiling link, the link
+    reshaped back to ``rate_bits`` after it; NO_TRANSFER, the compute reference."""
+    fast = name == FAST_LINK
+    step = (lambda: r.step(0)) if fast else r.compute_step
+    reshape = fast and cfg["shaped"] and cfg.get("profile_rate_bits")
+    if reshape:
+        _ask({"event": "reshape", "rate_bits": cfg["profile_rate_bits"]})
+    try:
+        for _ in range(cfg["settle_steps"]):
+            step()
+        return [step().step_time for _ in range(cfg["block_steps"])]
+    finally:
+        if reshape:
+            _ask({"event": "reshape", "rate_bits": rate_bits})
+
+
+def in_run_compute(calibration: dict[str, list[float]]) -> dict | None:
+    """The medians of the calibration blocks' steps (with the steps), or None where a
+    kind has none (calibration off)."""
+    if not all(calibration.get(n) for n in CALIBRATION):
+        return None
+    return {"fast_link_s": _median(calibration[FAST_LINK]),
+            "compute_s": _median(calibration[NO_TRANSFER]),
+            "fast_link_steps": list(calibration[FAST_LINK]),
+            "compute_steps": list(calibration[NO_TRANSFER])}
+
+
 def _rotation(names: list[str], round_index: int) -> list[str]:
     """Round r starts at schedule r mod k, and odd rounds run backwards (balances drift
     and the position inside a round)."""
@@ -395,12 +432,17 @@ def run(cfg: dict) -> dict:
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}
+        calibration: dict[str, list[float]] = {n: [] for n in CALIBRATION}
         blocks: list[tuple[str, float, float]] = []
         rv_records: dict[tuple, GateStep] = {}
         rounds = math.ceil(cfg["steps"] / cfg["block_steps"])
         t_start = time.time()
+        rotated = names + (list(CALIBRATION) if cfg.get("calibrate", True) else [])
         for round_index in range(rounds):
-            for name in _rotation(names, round_index):
+            for name in _rotation(rotated, round_index):
+                if name in CALIBRATION:
+                    calibration[name] += _calibration_block(cfg, r, name, rate_bits)
+                    continue
                 which = 1 if name == DIRECT else 0
                 if name in controllers:
                     controllers[name].resume()
@@ -438,9 +480,16 @@ def run(cfg: dict) -> dict:
         sizes = bytes_per_transfer(rv_records.values(), recv_names)
         _progress(cfg, f"served bytes known for {len(sizes)} of {len(recv_names)} recvs "
                        f"({sum(sizes.values()) / 2**20:.1f} MiB)")
-        predicted, sim_inputs = _predicted(cfg, names, controllers, compute, comp, rate_bits,
-                               {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
-                               compute_ref, sizes)
+        in_run = in_run_compute(calibration)
+        if in_run:
+            _progress(cfg, f"in this rate's rounds: step over the fast link "
+                           f"{in_run['fast_link_s'] * 1e3:.0f} ms (profiled {comp * 1e3:.0f}), "
+                           f"with no transfer {in_run['compute_s'] * 1e3:.0f} ms "
+                           f"(profiled {compute_ref * 1e3:.0f}): the simulator's compute")
+        predicted, sim_inputs = _predicted(
+            cfg, names, controllers, compute, in_run["fast_link_s"] if in_run else comp,
+            rate_bits, {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
+            in_run["compute_s"] if in_run else compute_ref, sizes)
         results = {}
         for name in names:
             summary = metrics.summarize(steps[name], global_batch, compute_ref, comm)
@@ -467,6 +516,9 @@ def run(cfg: dict) -> dict:
             "predicted_step_s": predicted,
             # its inputs: the CLI writes them to <result>.sim.json.gz (predict.save_inputs)
             "sim_inputs": sim_inputs,
+            # the calibration blocks' medians and steps (None: not run); the simulator's
+            # compute where present
+            "in_run": in_run,
         })
         clear_everywhere(cfg["ps_addresses"])
         # each finished bandwidth is kept: a run cut short by --timeout keeps these

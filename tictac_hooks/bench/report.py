@@ -364,6 +364,26 @@ def gain_errors(results: Sequence[dict], model: str) -> list[tuple[str, float, f
     return out
 
 
+def simulator_compute_lines(results: Sequence[dict]) -> list[str]:
+    """Per run, the compute the simulator was given: the calibration blocks' medians in
+    that run's rounds (bench/client.py CALIBRATION), against the profiling phase's."""
+    out = []
+    for result in results:
+        profiled = result.get("compute") or {}
+        for run in result["runs"]:
+            in_run = run.get("in_run")
+            if not in_run:
+                continue
+            out.append(
+                f"- {result['config']['label']} @ {run['rate']}: the simulator's compute "
+                f"from this rate's calibration blocks: fast link "
+                f"{in_run['fast_link_s'] * 1e3:.0f} ms (profiled "
+                f"{_fmt(profiled.get('fast_link_s', 0) * 1e3, '.0f')}), no transfer "
+                f"{in_run['compute_s'] * 1e3:.0f} ms (profiled "
+                f"{_fmt(profiled.get('compute_s', 0) * 1e3, '.0f')})")
+    return out + [""] if out else []
+
+
 def prediction_section(results: Sequence[dict]) -> list[str]:
     """The simulator's step time per order against the measured one, and how well each
     model of the untraced compute predicts the measured ranking of the orders."""
@@ -391,6 +411,7 @@ def prediction_section(results: Sequence[dict]) -> list[str]:
                "their pushes on its ingress), else each worker alone on its share of the "
                "link.")
     out.append("")
+    out += simulator_compute_lines(results)
     for m in models:
         errors = _abs_errors(rows, m)
         agree, total = ranking_agreement(rows, m)

@@ -63,6 +63,9 @@ class BenchConfig:
     check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]
     check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
     conserve_after_s: float = 0.002  # the "-wc" schedules' idle bound (gate.h)
+    # calibration blocks in each round (bench/client.py CALIBRATION): the simulator's
+    # compute measured in the same rounds as the steps it predicts
+    calibrate: bool = True
 
     def __post_init__(self) -> None:
         if self.schedules is None:
@@ -181,7 +184,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
             "skip_timeout": config.skip_timeout, "window_bytes": config.window_bytes,
             "check_rounds": config.check_rounds, "check_block_steps": config.check_block_steps,
             "conserve_after_s": config.conserve_after_s,
-            "shaped": shaped,
+            "shaped": shaped, "calibrate": config.calibrate,
+            "profile_rate_bits": parse_rates([PROFILE_RATE])[0]["value"],
             "out": os.path.join(tmp, "result.json"),
         }
         env = dict(WORKER_ENV)
