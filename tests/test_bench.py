@@ -351,6 +351,41 @@ def test_calibration_blocks_measure_the_fast_link_and_the_compute_in_the_rounds(
     assert client.in_run_compute({client.FAST_LINK: [0.3], client.NO_TRANSFER: []}) is None
 
 
+def test_median_interval_is_the_binomial_order_statistics():
+    # 20 steps: x(6) and x(15); P(Bin(20, 1/2) <= 5) = 0.0207 <= 0.025 < P(<= 6) = 0.0577
+    assert metrics.median_interval(list(range(20, 0, -1))) == (6, 15)
+    assert metrics.median_interval(range(1, 7)) == (1, 6)  # 6 steps: the extremes (96.9 %)
+    assert metrics.median_interval(range(1, 6)) is None  # 5: no 95 % interval at all
+    assert metrics.median_interval(range(1, 6), confidence=0.9) == (1, 5)
+    # coverage by simulation: a median of 20 uniform draws lies in it about 96 % of times
+    import random
+    rng = random.Random(7)
+    hits = sum(lo <= 0.5 <= hi for lo, hi in
+               (metrics.median_interval([rng.random() for _ in range(20)])
+                for _ in range(2000)))
+    assert 0.94 <= hits / 2000 <= 0.975
+
+
+def test_report_gives_the_error_beyond_the_measured_medians_interval():
+    from tictac_hooks.bench.report import _beyond_interval, prediction_rows, prediction_section
+    result = _sweep_result()
+    for run in result["runs"]:  # 20 steps spread +-10 % around each median
+        run["step_times"] = {n: [v[0] * (0.9 + 0.01 * i) for i in range(21)][:20]
+                             for n, v in run["step_times"].items()}
+    rows = prediction_rows([result])
+    tic2 = next(r for r in rows if r["ratio"] == 2.0 and r["order"] == "tic")
+    assert tic2["interval"] == pytest.approx((1.6 * 0.95, 1.6 * 1.04))
+    # scaled predicts 1.2 s for tic at 2 (measured 1.6): 21 % below the interval's low end
+    beyond = _beyond_interval(rows, "scaled")
+    assert beyond[-1] == pytest.approx((1.6 * 0.95 - 1.2) / (1.6 * 0.95))
+    assert beyond[0] == 0.0  # 0.92 s for tic at 0.5 (measured 0.9) is inside
+    text = "\n".join(prediction_section([result]))
+    assert "outside the measured median's 95 % interval by at most 21.1% over 4 points " \
+           "(within 10 % of the interval: MISSED)" in text
+    # overhead predicts 1.3x every median: 25 % above each interval's high end (1.04x)
+    assert "by at most 25.0% over 4 points (within 10 % of the interval: MISSED)" in text
+
+
 def test_report_names_the_compute_the_simulator_got_per_run():
     from tictac_hooks.bench.report import prediction_section
     result = _sweep_result()

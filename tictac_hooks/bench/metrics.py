@@ -41,6 +41,24 @@ def quantile(values: Sequence[float], q: float) -> float:
     return xs[min(rank, len(xs)) - 1]
 
 
+def median_interval(values: Sequence[float], confidence: float = 0.95
+                    ) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of ``values`` (taken as independent
+    draws): the order statistics x(k) and x(n-k+1), k the largest with
+    P(Binomial(n, 1/2) <= k - 1) <= (1 - confidence) / 2 (20 steps: x(6) and x(15), 95.9 %).
+    None where ``values`` are too few for that confidence (fewer than 6 at 95 %)."""
+    xs = sorted(values)
+    n, tail, k, cdf = len(xs), (1.0 - confidence) / 2.0, 0, 0.0
+    while True:  # cdf = P(B <= k)
+        cdf += math.comb(n, k) / 2.0 ** n
+        if cdf > tail:
+            break
+        k += 1
+    if k == 0:
+        return None
+    return xs[k - 1], xs[n - k]
+
+
 def coefficient_of_variation(values: Sequence[float]) -> float:
     if len(values) < 2:
         return 0.0
