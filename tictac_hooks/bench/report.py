@@ -391,23 +391,29 @@ def gain_errors(results: Sequence[dict], model: str) -> list[tuple[str, float, f
 
 
 def simulator_compute_lines(results: Sequence[dict]) -> list[str]:
-    """Per run, the compute the simulator was given: the calibration blocks' medians in
-    that run's rounds (bench/client.py CALIBRATION), against the profiling phase's."""
-    out = []
+    """A table of the compute the simulator was given per run: the calibration blocks'
+    medians in that run's rounds (bench/client.py CALIBRATION), against the profiling
+    phase's."""
+    rows = []
     for result in results:
         profiled = result.get("compute") or {}
         for run in result["runs"]:
             in_run = run.get("in_run")
-            if not in_run:
-                continue
-            out.append(
-                f"- {result['config']['label']} @ {run['rate']}: the simulator's compute "
-                f"from this rate's calibration blocks: fast link "
-                f"{in_run['fast_link_s'] * 1e3:.0f} ms (profiled "
-                f"{_fmt(profiled.get('fast_link_s', 0) * 1e3, '.0f')}), no transfer "
-                f"{in_run['compute_s'] * 1e3:.0f} ms (profiled "
-                f"{_fmt(profiled.get('compute_s', 0) * 1e3, '.0f')})")
-    return out + [""] if out else []
+            if in_run:
+                rows.append(
+                    f"| {result['config']['label']} | {run['rate']} | "
+                    f"{in_run['fast_link_s'] * 1e3:.0f} | "
+                    f"{_fmt(profiled.get('fast_link_s', 0) * 1e3, '.0f')} | "
+                    f"{in_run['compute_s'] * 1e3:.0f} | "
+                    f"{_fmt(profiled.get('compute_s', 0) * 1e3, '.0f')} |")
+    if not rows:
+        return []
+    return ["The simulator's compute: the medians of the calibration blocks in each "
+            "rate's rounds (the gate with no order over the fast profiling link; the "
+            "compute reference, no transfer), against the profiling phase's values taken "
+            "before the rounds:", "",
+            "| config | link | fast link ms | profiled | no transfer ms | profiled |",
+            "|---|---|---|---|---|---|"] + rows + [""]
 
 
 def prediction_section(results: Sequence[dict]) -> list[str]:
