@@ -314,7 +314,7 @@ def test_calibration_blocks_measure_the_fast_link_and_the_compute_in_the_rounds(
     asked = []
     monkeypatch.setattr(client, "_ask", lambda event: asked.append(event) or "shaped")
 
-    class Runner:  # steps of 1.0 s over the link, 0.5 s with no transfer
+    class Runner:  # steps of 1.1, 1.2, ... s over the link, 0.5 s with no transfer
         def __init__(self):
             self.calls = []
 
@@ -369,8 +369,8 @@ def test_median_interval_is_the_binomial_order_statistics():
 def test_report_gives_the_error_beyond_the_measured_medians_interval():
     from tictac_hooks.bench.report import _beyond_interval, prediction_rows, prediction_section
     result = _sweep_result()
-    for run in result["runs"]:  # 20 steps spread +-10 % around each median
-        run["step_times"] = {n: [v[0] * (0.9 + 0.01 * i) for i in range(21)][:20]
+    for run in result["runs"]:  # 20 steps from 0.90x to 1.09x each median
+        run["step_times"] = {n: [v[0] * (0.9 + 0.01 * i) for i in range(20)]
                              for n, v in run["step_times"].items()}
     rows = prediction_rows([result])
     tic2 = next(r for r in rows if r["ratio"] == 2.0 and r["order"] == "tic")
@@ -395,6 +395,9 @@ def test_report_names_the_compute_the_simulator_got_per_run():
     assert "| resnet50/training/W2/P1 | 200mbit | 310 | 270 | 150 | 140 |" in text
     # that run had no calibration blocks: no row
     assert "| 50mbit |" not in text.split("fast link ms")[1]
+    del result["compute"]  # no profiling-phase values: a dash, not 0
+    assert "| resnet50/training/W2/P1 | 200mbit | 310 | - | 150 | - |" in \
+        "\n".join(prediction_section([result]))
 
 
 def test_readme_block_is_generated_between_its_markers():

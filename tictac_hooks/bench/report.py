@@ -400,12 +400,11 @@ def simulator_compute_lines(results: Sequence[dict]) -> list[str]:
         for run in result["runs"]:
             in_run = run.get("in_run")
             if in_run:
-                rows.append(
-                    f"| {result['config']['label']} | {run['rate']} | "
-                    f"{in_run['fast_link_s'] * 1e3:.0f} | "
-                    f"{_fmt(profiled.get('fast_link_s', 0) * 1e3, '.0f')} | "
-                    f"{in_run['compute_s'] * 1e3:.0f} | "
-                    f"{_fmt(profiled.get('compute_s', 0) * 1e3, '.0f')} |")
+                cells = [f"{s * 1e3:.0f}" if s else "-" for s in (
+                    in_run["fast_link_s"], profiled.get("fast_link_s"),
+                    in_run["compute_s"], profiled.get("compute_s"))]
+                rows.append(f"| {result['config']['label']} | {run['rate']} | "
+                            + " | ".join(cells) + " |")
     if not rows:
         return []
     return ["The simulator's compute: the medians of the calibration blocks in each "
