@@ -52,6 +52,9 @@ class TransferRecord:
     # The key's full tensor name (edge_<n>_...), recorded where ``name`` came twice in
     # the step (a tensor sent over two edges, under its node's name): which edge it was.
     tensor: str = ""
+    # The PS sent a dead tensor (is_dead in the response): the exit iteration of a
+    # loop (steps_per_execution > 1) sends every body transfer once more, dead.
+    dead: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = {"name": self.name, "state": self.state, "priority": self.priority,
@@ -61,6 +64,8 @@ class TransferRecord:
             out["error"] = self.error
         if self.tensor:
             out["tensor"] = self.tensor
+        if self.dead:
+            out["dead"] = True
         return out
 
     @classmethod
@@ -68,7 +73,8 @@ class TransferRecord:
         f = lambda k: _field(d, k, "transfer")  # noqa: E731
         return cls(f("name"), f("state"), int(f("priority")), int(f("bytes")),
                    float(f("arrive")), float(f("release")), int(f("release_seq")),
-                   float(f("handback")), str(d.get("error", "")), str(d.get("tensor", "")))
+                   float(f("handback")), str(d.get("error", "")), str(d.get("tensor", "")),
+                   bool(d.get("dead", False)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +97,11 @@ class SkipRecord:
 
 @dataclasses.dataclass(frozen=True)
 class GateStep:
-    """One worker's transfers of one step at one PS (the gate's counter per (step,
-    destination), paper section 4)."""
+    """One worker's transfers of one training step at one PS (the gate's counter per
+    (step, destination, loop iteration), paper section 4). A dispatched call that runs
+    several training steps in a loop (``steps_per_execution > 1``) has one step id and
+    one record per iteration: ``iteration`` is the rendezvous key's iter id (0 outside
+    loops), ``frame`` its frame id (0 outside loops)."""
 
     step_id: int
     worker: str                    # destination device
@@ -110,10 +119,18 @@ class GateStep:
     reordered: int                 # handed back behind a later-listed one (window)
     unlisted: tuple[str, ...]      # passed straight through, not in the order
     ps: str = ""                   # the PS's address (set by the client that read it)
+    iteration: int = 0             # loop iteration within the step id
+    frame: int = 0                 # loop frame id (0: not in a loop)
 
     @property
     def scheduled(self) -> bool:
         return self.schedule_version is not None
+
+    @property
+    def dead(self) -> bool:
+        """Every transfer was a dead tensor: a loop's exit iteration, not a training
+        step."""
+        return bool(self.transfers) and all(t.dead for t in self.transfers)
 
     def to_json(self) -> dict[str, Any]:
         out = {"step_id": self.step_id, "worker": self.worker,
@@ -126,6 +143,8 @@ class GateStep:
                "unlisted": list(self.unlisted)}
         if self.ps:
             out["ps"] = self.ps
+        if self.frame or self.iteration:
+            out["frame"], out["iteration"] = self.frame, self.iteration
         return out
 
     @classmethod
@@ -139,7 +158,8 @@ class GateStep:
                    int(f("bytes")), float(f("start")), float(f("end")),
                    tuple(SkipRecord.from_json(s) for s in f("skipped")), int(f("skips")),
                    int(f("violations")), int(f("reordered")), tuple(f("unlisted")),
-                   ps if ps is not None else str(d.get("ps", "")))
+                   ps if ps is not None else str(d.get("ps", "")),
+                   int(d.get("iteration", 0)), int(d.get("frame", 0)))
 
 
 def served_sizes(record: GateStep) -> dict[str, int]:
