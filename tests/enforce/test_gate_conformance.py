@@ -13,7 +13,7 @@ import pytest
 
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.graph.tf.naming import parse_rendezvous_key
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key, rendezvous_key_frame
 
 SKIP_S = 0.25
 SRC = "/job:ps/replica:0/task:0/device:CPU:0"
@@ -21,8 +21,11 @@ W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
 
 
-def key(name: str, dest: str = W0, edge: int = 1) -> str:
-    return f"{SRC};1;{dest};edge_{edge}_{name};0:0"
+def key(name: str, dest: str = W0, edge: int = 1, frame_iter: str = "0:0") -> str:
+    return f"{SRC};1;{dest};edge_{edge}_{name};{frame_iter}"
+
+
+LOOP = 4242424242424242424  # a loop's frame id, as TensorFlow writes it (a uint64)
 
 
 class PythonDriver:
@@ -73,7 +76,7 @@ class PythonDriver:
     def arrive(self, tid: str, step: int, k: str) -> None:
         def go():
             name, dest, tensor = parse_rendezvous_key(k)
-            t = self.gate.arrive(step, dest, name, tensor)
+            t = self.gate.arrive(step, dest, name, tensor, *rendezvous_key_frame(k))
             self.tickets[tid] = t
             fut = self.gate.request(t)
             if fut is None:
@@ -83,8 +86,9 @@ class PythonDriver:
         self._on_loop(go)
         self._settle()
 
-    def ready(self, tid: str, nbytes: int = 100, error: str = "") -> None:
+    def ready(self, tid: str, nbytes: int = 100, error: str = "", dead: bool = False) -> None:
         def go():
+            self.tickets[tid].dead = dead  # the rendezvous reads it off the response
             self.ready_[tid] = (nbytes, error)
             if tid in self.released:
                 self._hand_back(tid)
@@ -123,11 +127,11 @@ class NativeDriver:
     def arrive(self, tid: str, step: int, k: str) -> None:
         self.ids[tid] = self.gate.arrive(step, k)
 
-    def ready(self, tid: str, nbytes: int = 100, error: str = "") -> None:
+    def ready(self, tid: str, nbytes: int = 100, error: str = "", dead: bool = False) -> None:
         def handed():
             with self._lock:
                 self.handed.append(tid)
-        self.gate.ready(self.ids[tid], nbytes, handed, error)
+        self.gate.ready(self.ids[tid], nbytes, handed, error, dead)
         time.sleep(0.02)
 
     def records(self) -> list[dict]:
@@ -147,8 +151,10 @@ def normalized(records: list[dict]) -> list[dict]:
         "tensors": [t.get("tensor", "") for t in r["transfers"]],
         "skipped": [(k["name"], k["reason"]) for k in r["skipped"]],
         "skips": r["skips"], "violations": r["violations"], "reordered": r["reordered"],
-        "unlisted": r["unlisted"], "bytes": r["bytes"]} for r in records),
-        key=lambda r: (r["step_id"], r["worker"]))
+        "unlisted": r["unlisted"], "bytes": r["bytes"],
+        "frame": r.get("frame", 0), "iteration": r.get("iteration", 0),
+        "dead": [t.get("dead", False) for t in r["transfers"]]} for r in records),
+        key=lambda r: (r["step_id"], r["worker"], r["frame"], r["iteration"]))
 
 
 # -- scenarios: each drives a gate and returns a check of its records -------------------
@@ -300,13 +306,54 @@ def each_copy_of_a_tensor_sent_twice_says_its_edge(d):
                          and recs[0]["tensors"] == ["edge_3_x", "edge_5_x", ""])
 
 
+def each_loop_iteration_follows_the_order_as_its_own_step(d):
+    # steps_per_execution > 1: one step id, the training steps are the iterations of a
+    # loop (the key's frame:iter). Iteration 1's requests come while iteration 0's are
+    # still held: each iteration has its own counter and record.
+    d.install(["c", "b", "a"])
+    it = lambda i: f"{LOOP}:{i}"  # noqa: E731
+    d.arrive("a0", 1, key("a", frame_iter=it(0)))
+    d.ready("a0")
+    d.arrive("a1", 1, key("a", frame_iter=it(1)))
+    d.ready("a1")
+    for n in "bc":
+        d.arrive(f"{n}1", 1, key(n, frame_iter=it(1)))
+        d.ready(f"{n}1")
+    for n in "bc":
+        d.arrive(f"{n}0", 1, key(n, frame_iter=it(0)))
+        d.ready(f"{n}0")
+    d.arrive("x", 1, key("x"))  # outside the loop (0:0): a record of its own, unlisted
+    d.ready("x")
+    return lambda recs: ([(r["step_id"], r["frame"], r["iteration"], r["order"]) for r in recs]
+                         == [(1, 0, 0, ["x"]), (1, LOOP, 0, ["c", "b", "a"]),
+                             (1, LOOP, 1, ["c", "b", "a"])]
+                         and all(r["skips"] == 0 and r["violations"] == 0 for r in recs))
+
+
+def a_loops_dead_exit_iteration_is_marked_dead(d):
+    # The loop's exit iteration sends every body transfer once more, as a dead tensor.
+    d.install(["b", "a"])
+    it = lambda i: f"{LOOP}:{i}"  # noqa: E731
+    for n in "ab":
+        d.arrive(f"{n}0", 1, key(n, frame_iter=it(0)))
+    d.ready("a0")
+    d.ready("b0")
+    for n in "ba":
+        d.arrive(f"{n}1", 1, key(n, frame_iter=it(1)))
+        d.ready(f"{n}1", nbytes=23, dead=True)
+    return lambda recs: ([(r["iteration"], r["order"], r["dead"]) for r in recs]
+                         == [(0, ["b", "a"], [False, False]), (1, ["b", "a"], [True, True])])
+
+
 SCENARIOS = [reversed_order, unlisted_pass_straight_through, ready_before_its_turn_waits,
              a_transfer_that_never_comes_is_skipped, a_slow_transfer_is_skipped_then_late,
              absent_after_two_steps_is_skipped_at_once, duplicate_and_late_names,
              per_destination_view, a_step_binds_to_the_schedule_at_its_first_transfer,
              an_error_response_goes_at_once_and_advances,
              a_tensor_sent_twice_is_ordered_by_its_full_name,
-             each_copy_of_a_tensor_sent_twice_says_its_edge]
+             each_copy_of_a_tensor_sent_twice_says_its_edge,
+             each_loop_iteration_follows_the_order_as_its_own_step,
+             a_loops_dead_exit_iteration_is_marked_dead]
 
 
 @pytest.fixture(scope="module")
@@ -348,6 +395,25 @@ def test_evicting_an_old_step_hands_back_what_it_held(gate_library):
             assert driver.handed[:1] == ["a1"], driver.name
         finally:
             driver.close()
+
+
+def test_native_gate_hands_a_dead_transfer_back_at_once(gate_library):
+    # A dead tensor carries nothing: the native gate (which holds responses) does not
+    # hold it for its turn; it counts as handed back, and the real ones keep the order.
+    driver = NativeDriver(gate_library)
+    try:
+        driver.install(["b", "a"])
+        it = f"{LOOP}:3"
+        driver.arrive("a", 1, key("a", frame_iter=it))
+        driver.ready("a", nbytes=23, dead=True)
+        assert driver.handed == ["a"]
+        driver.arrive("b", 1, key("b", frame_iter=it))
+        driver.ready("b", nbytes=23, dead=True)
+        (rec,) = driver.records()
+        assert rec["iteration"] == 3 and rec["complete"] and rec["skips"] == 0, rec
+        assert [t.get("dead") for t in rec["transfers"]] == [True, True]
+    finally:
+        driver.close()
 
 
 def test_native_gate_rejects_malformed_schedules(gate_library):

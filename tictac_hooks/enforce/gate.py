@@ -129,7 +129,7 @@ class Ticket:
 
     __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
                  "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel",
-                 "charge", "rseq", "tensor")
+                 "charge", "rseq", "tensor", "dead")
 
     def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
         self.step_id = step_id
@@ -148,21 +148,25 @@ class Ticket:
         self.charge = 0  # bytes it counts against the window while in flight
         self.rseq = -1   # release order among listed transfers (gate-wide sequence)
         self.tensor = ""  # the key's full tensor name, where it is not ``name``
+        self.dead = False  # a dead tensor (a loop's exit iteration)
 
     def __lt__(self, other: "Ticket") -> bool:
         return (self.priority, self.seq) < (other.priority, other.seq)
 
 
 class _Channel:
-    """The counter and records of one (step_id, destination device)."""
+    """The counter and records of one (step_id, destination device, loop iteration)."""
 
     __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
                  "arrived", "handed", "skipped", "timer", "t_first", "finished",
-                 "released", "rcursor", "inflight", "tensors")
+                 "released", "rcursor", "inflight", "tensors", "frame", "iteration")
 
-    def __init__(self, step_id: int, dest: str, installed: _Installed | None) -> None:
+    def __init__(self, step_id: int, dest: str, installed: _Installed | None,
+                 frame: int = 0, iteration: int = 0) -> None:
         self.step_id = step_id
         self.dest = dest
+        self.frame = frame
+        self.iteration = iteration
         self.installed = installed
         self.counter = 0
         self.waiters: list[Ticket] = []
@@ -207,7 +211,8 @@ class _Channel:
             complete=self.finished, order=tuple(t.name for t in handed),
             transfers=tuple(TransferRecord(t.name, t.state, t.priority, t.nbytes,
                                            t.t_arrive, t.t_release, t.rseq, t.t_handback,
-                                           t.error, t.tensor if named[t.name] > 1 else "")
+                                           t.error, t.tensor if named[t.name] > 1 else "",
+                                           t.dead)
                             for t in handed),
             bytes=sum(t.nbytes for t in handed),
             start=min((t.t_arrive for t in handed), default=self.t_first),
@@ -217,7 +222,8 @@ class _Channel:
             violations=sum(1 for t in handed if t.state in (LATE, UNEXPECTED)),
             reordered=_reordered(handed),
             unlisted=tuple(t.name for t in handed
-                           if t.state == PASS and t.name not in listed))
+                           if t.state == PASS and t.name not in listed),
+            iteration=self.iteration, frame=self.frame)
 
 
 class Gate:
@@ -299,8 +305,13 @@ class Gate:
 
     # -- the transfer path -----------------------------------------------------------
 
-    def arrive(self, step_id: int, dest: str, name: str, tensor: str = "") -> Ticket:
+    def arrive(self, step_id: int, dest: str, name: str, tensor: str = "",
+               frame: int = 0, iteration: int = 0) -> Ticket:
         """Registers a RecvTensor request; call before forwarding it upstream.
+
+        ``frame`` and ``iteration`` are the key's ``frame:iter``: each iteration of a
+        loop (Keras's ``steps_per_execution > 1``) is a training step of its own, with
+        its own counter and record.
 
         ``name`` is the sending node, ``tensor`` the key's full tensor name
         (``edge_<n>_<name>``). A tensor sent over two edges in one step arrives twice
@@ -308,7 +319,7 @@ class Gate:
         lists a full name orders that copy by it (``extract_partition_graphs`` names
         such copies that way)."""
         now = self.clock()
-        channel = self._channel(step_id, dest, now)
+        channel = self._channel(step_id, dest, now, frame, iteration)
         room = len(self._served) < self.max_served_names
         if tensor and tensor != name:
             first = channel.tensors.setdefault(name, tensor)
@@ -418,12 +429,15 @@ class Gate:
 
     # -- internals -------------------------------------------------------------------
 
-    def _channel(self, step_id: int, dest: str, now: float) -> _Channel:
-        chans = self._steps.get(step_id)
+    def _channel(self, step_id: int, dest: str, now: float, frame: int = 0,
+                 iteration: int = 0) -> _Channel:
+        # Each loop iteration is a step of its own (gate.cc's IterationKey).
+        step = step_id if not (frame or iteration) else (step_id, frame, iteration)
+        chans = self._steps.get(step)
         if chans is None:
             # A step binds to the schedule current at its first transfer (atomic install).
-            chans = self._steps[step_id] = {}
-            self._step_binding[step_id] = self._installed
+            chans = self._steps[step] = {}
+            self._step_binding[step] = self._installed
             while len(self._steps) > self.max_active_steps:
                 old_step, old = self._steps.popitem(last=False)
                 self._step_binding.pop(old_step, None)
@@ -431,13 +445,14 @@ class Gate:
                     self._finish(ch)
         channel = chans.get(dest)
         if channel is None:
-            channel = chans[dest] = _Channel(step_id, dest, self._view(step_id, dest))
+            channel = chans[dest] = _Channel(step_id, dest, self._view(step, dest),
+                                             frame, iteration)
             channel.t_first = now
         return channel
 
-    def _view(self, step_id: int, dest: str) -> _Installed | None:
+    def _view(self, step: Any, dest: str) -> _Installed | None:
         """The schedule a step bound to, as ``dest`` enforces it (cached per version)."""
-        installed = self._step_binding[step_id]
+        installed = self._step_binding[step]
         if installed is None:
             return None
         key = (installed.version, dest)

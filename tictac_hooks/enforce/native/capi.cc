@@ -57,8 +57,9 @@ int64_t tictac_gate_arrive(void* gate, int64_t step_id, const char* key) {
 typedef void (*tictac_handback_fn)(int64_t ticket, void* ctx);
 
 // The response of `ticket` is ready; `fn(ticket, ctx)` runs when the gate hands it back.
+// `dead`: the response is a dead tensor (a loop's exit iteration).
 int tictac_gate_ready(void* gate, int64_t ticket, int64_t nbytes, const char* error,
-                      tictac_handback_fn fn, void* ctx) {
+                      tictac_handback_fn fn, void* ctx, int dead) {
   tictac::TicketPtr t;
   {
     std::lock_guard<std::mutex> l(g_mu);
@@ -68,7 +69,8 @@ int tictac_gate_ready(void* gate, int64_t ticket, int64_t nbytes, const char* er
     g_tickets.erase(it);
   }
   static_cast<tictac::Gate*>(gate)->Ready(t, nbytes, error ? error : "",
-                                          [fn, ticket, ctx] { fn(ticket, ctx); });
+                                          [fn, ticket, ctx] { fn(ticket, ctx); },
+                                          dead != 0);
   return 1;
 }
 

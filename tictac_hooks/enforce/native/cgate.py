@@ -40,7 +40,8 @@ def _library(path: str) -> ctypes.CDLL:
     lib.tictac_gate_arrive.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_char_p]
     lib.tictac_gate_ready.restype = ctypes.c_int
     lib.tictac_gate_ready.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-                                      ctypes.c_char_p, _HANDBACK, ctypes.c_void_p]
+                                      ctypes.c_char_p, _HANDBACK, ctypes.c_void_p,
+                                      ctypes.c_int]
     lib.tictac_free.argtypes = [ctypes.c_void_p]
     return lib
 
@@ -85,14 +86,15 @@ class CGate:
         return self._lib.tictac_gate_arrive(self._handle, step_id, key.encode())
 
     def ready(self, ticket: int, nbytes: int, on_handback: Callable[[], None],
-              error: str = "") -> None:
+              error: str = "", dead: bool = False) -> None:
         """The response of ``ticket`` is ready; ``on_handback()`` runs when the gate
-        hands it back (on this thread or the gate's timer thread)."""
+        hands it back (on this thread or the gate's timer thread). ``dead``: a dead
+        tensor (a loop's exit iteration), handed back at once."""
         token = next(_TOKENS)
         with _CALLBACKS_LOCK:
             _CALLBACKS[token] = on_handback
         self._lib.tictac_gate_ready(self._handle, ticket, nbytes, error.encode(), _dispatch,
-                                    token)
+                                    token, int(dead))
 
     def close(self) -> None:
         if self._owned and self._handle:

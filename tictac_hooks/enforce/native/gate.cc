@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 namespace tictac {
@@ -39,10 +40,34 @@ Key ParseRendezvousKey(const std::string& key) {
     start = semi + 1;
   }
   if (parts.size() < 4) return {key, "", ""};
-  return {SendingNodeName(parts[3]), parts[2], parts[3]};
+  Key out{SendingNodeName(parts[3]), parts[2], parts[3]};
+  if (parts.size() >= 5) {  // "frame:iter", both decimal
+    const std::string& fi = parts[4];
+    size_t colon = fi.find(':');
+    if (colon != std::string::npos) {
+      out.frame = std::strtoull(fi.c_str(), nullptr, 10);
+      out.iter = std::strtoll(fi.c_str() + colon + 1, nullptr, 10);
+    }
+  }
+  return out;
 }
 
 namespace {
+
+// A 64-bit key of (step_id, frame, iter): splitmix64 over the three, so the iterations
+// of one step id get keys apart from each other and from other step ids.
+int64_t IterationKey(int64_t step_id, const Key& key) {
+  auto mix = [](uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  uint64_t h = mix(static_cast<uint64_t>(step_id));
+  h = mix(h ^ key.frame);
+  h = mix(h ^ static_cast<uint64_t>(key.iter));
+  return static_cast<int64_t>(h);
+}
 
 std::string JsonStr(const std::string& s) {
   std::string out = "\"";
@@ -134,9 +159,12 @@ struct Installed {
   }
 };
 
-// The counter and records of one (step_id, destination device).
+// The counter and records of one (step_id, destination device, loop iteration).
 struct Channel {
-  int64_t step_id = 0;
+  int64_t step_id = 0;  // the gate's key of the step: step_id, or one per iteration
+  int64_t record_step_id = 0;  // the request's step_id
+  uint64_t frame = 0;
+  int64_t iter = 0;
   std::string dest;
   std::shared_ptr<Installed> installed;
   int counter = 0;
@@ -180,7 +208,9 @@ struct Channel {
       end = any ? std::max(end, t->t_handback) : t->t_handback;
       any = true;
     }
-    o << "{\"step_id\":" << step_id << ",\"worker\":" << JsonStr(dest)
+    o << "{\"step_id\":" << record_step_id << ",\"worker\":" << JsonStr(dest);
+    if (frame != 0 || iter != 0) o << ",\"frame\":" << frame << ",\"iteration\":" << iter;
+    o
       << ",\"schedule_version\":" << (installed ? std::to_string(installed->version) : "null")
       << ",\"algorithm\":" << (installed ? JsonStr(installed->algorithm) : "null")
       << ",\"complete\":" << (finished ? "true" : "false") << ",\"order\":[";
@@ -199,6 +229,7 @@ struct Channel {
         << ",\"release\":" << JsonNum(t.t_ready) << ",\"release_seq\":" << t.rseq
         << ",\"handback\":" << JsonNum(t.t_handback);
       if (!t.error.empty()) o << ",\"error\":" << JsonStr(t.error);
+      if (t.dead) o << ",\"dead\":true";
       if (!t.tensor.empty() && times_named[t.name] > 1) o << ",\"tensor\":" << JsonStr(t.tensor);
       o << "}";
     }
@@ -423,7 +454,14 @@ TicketPtr Gate::Arrive(int64_t step_id, const std::string& rendezvous_key) {
   {
     std::lock_guard<std::mutex> l(mu_);
     const double now = Now();
-    Channel* ch = GetChannel(step_id, key.dest, now, &runs);
+    // Each iteration of a loop is a training step of its own: the gate keys it apart
+    // from the other iterations of the step id (one order per iteration).
+    const int64_t step_key = (key.frame == 0 && key.iter == 0) ? step_id
+                                                               : IterationKey(step_id, key);
+    Channel* ch = GetChannel(step_key, key.dest, now, &runs);
+    ch->record_step_id = step_id;
+    ch->frame = key.frame;
+    ch->iter = key.iter;
     const bool room = served_.size() < opt_.max_served_names;
     std::string name = key.name;
     auto& by_dest = served_by_dest_[key.dest];
@@ -472,12 +510,13 @@ TicketPtr Gate::Arrive(int64_t step_id, const std::string& rendezvous_key) {
 }
 
 void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
-                 HandBack hand_back) {
+                 HandBack hand_back, bool dead) {
   Runs runs;
   {
     std::lock_guard<std::mutex> l(mu_);
     t->nbytes = nbytes;
     t->error = error;
+    t->dead = dead;
     t->t_ready = Now();
     Channel* ch = t->channel;
     if (ch == nullptr || stopping_) {
@@ -489,7 +528,7 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
         t->state = State::kLate;  // skipped while its response was being produced
       // Pacing: a transfer whose turn came waits in line with those of other
       // destinations, and ServePaced (in Pump) picks which goes.
-      if (t->state != State::kListed || !error.empty() ||
+      if (t->state != State::kListed || !error.empty() || dead ||
           (t->priority <= ch->counter && !Pacing())) {
         HandBackNow(ch, t, &runs);
       } else {

@@ -73,11 +73,16 @@ struct Options {
 // One schedule entry: transfer name and its global priority.
 using Entry = std::pair<std::string, int>;
 
-// (transfer name, destination device, full tensor name) of a rendezvous key
-// "src;incarnation;dst;edge_<n>_<name>;frame:iter"; the Python twin is
-// graph/tf/naming.py:parse_rendezvous_key.
+// (transfer name, destination device, full tensor name, loop frame and iteration) of a
+// rendezvous key "src;incarnation;dst;edge_<n>_<name>;frame:iter"; the Python twin is
+// graph/tf/naming.py:parse_rendezvous_key. Outside loops frame:iter is 0:0; inside a
+// while loop (Keras's steps_per_execution > 1 runs its training steps in one) each
+// iteration has its own iter, and is a training step of its own: the gate keeps one
+// counter per (step_id, destination, frame, iter).
 struct Key {
   std::string name, dest, tensor;
+  uint64_t frame = 0;
+  int64_t iter = 0;
 };
 Key ParseRendezvousKey(const std::string& key);
 std::string SendingNodeName(const std::string& tensor);  // strips "^edge_\d+_"
@@ -98,6 +103,7 @@ struct Ticket {
   double t_wait = 0;  // steady clock: when it joined the waiters
   int64_t nbytes = 0;
   std::string error;
+  bool dead = false;  // a dead tensor (a loop's exit iteration): handed back at once
   Channel* channel = nullptr;  // valid while the step is active (guarded by the gate)
   HandBack hand_back;          // held while the ticket waits for its turn
 };
@@ -130,8 +136,10 @@ class Gate {
   // produced, with the closure that hands it to gRPC. The closure runs exactly once,
   // on this thread, a later Ready's thread or the timer thread, never under the lock.
   TicketPtr Arrive(int64_t step_id, const std::string& rendezvous_key);
+  // A dead response (is_dead: the exit iteration of a loop sends every body transfer
+  // once more, carrying nothing) is handed back at once and recorded as dead.
   void Ready(const TicketPtr& ticket, int64_t nbytes, const std::string& error,
-             HandBack hand_back);
+             HandBack hand_back, bool dead = false);
 
   std::string StatsJson(bool include_active);
   std::string ServedJson();

@@ -52,6 +52,67 @@ int64_t ResponseBytes(::grpc::ByteBuffer* response) {
   return static_cast<int64_t>(raw->data.raw.slice_buffer.length);
 }
 
+// Whether a serialized RecvTensorResponse says is_dead (field 2, a varint): the exit
+// iteration of a while loop sends every body transfer once more as a dead tensor.
+// Walks the top-level fields across the raw slices without copying (the tensor, field
+// 1, is skipped by its length); false for anything it cannot read.
+bool ResponseIsDead(::grpc::ByteBuffer* response) {
+  grpc_byte_buffer* raw = *reinterpret_cast<grpc_byte_buffer**>(response);
+  if (raw == nullptr || raw->type != GRPC_BB_RAW) return false;
+  const grpc_slice_buffer& sb = raw->data.raw.slice_buffer;
+  size_t slice = 0, offset = 0;
+  auto next_byte = [&](uint8_t* b) {
+    while (slice < sb.count && offset >= GRPC_SLICE_LENGTH(sb.slices[slice])) {
+      ++slice;
+      offset = 0;
+    }
+    if (slice >= sb.count) return false;
+    *b = GRPC_SLICE_START_PTR(sb.slices[slice])[offset++];
+    return true;
+  };
+  auto varint = [&](uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!next_byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  };
+  auto skip = [&](uint64_t n) {
+    while (n > 0 && slice < sb.count) {
+      size_t left = GRPC_SLICE_LENGTH(sb.slices[slice]) - offset;
+      size_t step = n < left ? static_cast<size_t>(n) : left;
+      offset += step;
+      n -= step;
+      if (offset >= GRPC_SLICE_LENGTH(sb.slices[slice])) {
+        ++slice;
+        offset = 0;
+      }
+    }
+    return n == 0;
+  };
+  for (int fields = 0; fields < 16; ++fields) {
+    uint64_t tag, value;
+    if (!varint(&tag)) return false;
+    const uint64_t field = tag >> 3, wire = tag & 7;
+    if (wire == 0) {
+      if (!varint(&value)) return false;
+      if (field == 2) return value != 0;  // RecvTensorResponse.is_dead
+    } else if (wire == 2) {
+      if (!varint(&value) || !skip(value)) return false;
+    } else if (wire == 1) {
+      if (!skip(8)) return false;
+    } else if (wire == 5) {
+      if (!skip(4)) return false;
+    } else {
+      return false;
+    }
+  }
+  return false;
+}
+
 class TicTacWorker : public GrpcWorker {
  public:
   TicTacWorker(WorkerEnv* env, const ConfigProto& config, tictac::Gate* gate)
@@ -70,7 +131,8 @@ class TicTacWorker : public GrpcWorker {
         [gate, ticket, response, done = std::move(done)](const absl::Status& s) mutable {
           gate->Ready(ticket, s.ok() ? ResponseBytes(response) : 0,
                       s.ok() ? "" : std::string(s.message()),
-                      [done = std::move(done), s]() mutable { done(s); });
+                      [done = std::move(done), s]() mutable { done(s); },
+                      s.ok() && ResponseIsDead(response));
         });
   }
 

@@ -27,6 +27,7 @@ from tictac_hooks.enforce.proxy.h2 import (DATA, EMPTY_SETTINGS, END_STREAM, HEA
                                            RST_STREAM, _frame_header)
 from tictac_hooks.enforce.proxy.pipes import REQUEST_BUFFER, RESPONSE_BUFFER, _open, _Pipe
 from tictac_hooks.enforce.proxy.scanner import RequestScanner, _Stream
+from tictac_hooks.graph.tf.naming import is_dead_response
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,10 @@ class _Connection(RequestScanner):
                 if flags & END_STREAM:
                     self._done(sid)
             elif ftype == DATA:
+                # A dead tensor's response (a loop's exit iteration) is one tiny gRPC
+                # message: 5 bytes of framing, then the RecvTensorResponse.
+                if stream.ticket.nbytes == 0 and length <= 64 and pos + length <= n:
+                    stream.ticket.dead = is_dead_response(data[pos + 5:pos + length])
                 self.skip_stream = stream
                 if flags & END_STREAM:
                     self._done(sid)

@@ -17,7 +17,7 @@ from tictac_hooks.enforce.gate import Gate, Ticket
 from tictac_hooks.enforce.proxy.connection import _Connection
 from tictac_hooks.enforce.proxy.control import CONTROL_PREFIX, _ControlHandler, dispatch
 from tictac_hooks.enforce.proxy.pipes import _listen, _set_nodelay
-from tictac_hooks.graph.tf.naming import parse_rendezvous_key
+from tictac_hooks.graph.tf.naming import parse_rendezvous_key, rendezvous_key_frame
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,8 @@ class Rendezvous:
             self.gate.totals["unparsed"] += 1
             return None
         name, dest, tensor = parse_rendezvous_key(key)
-        return self.gate.arrive(step_id, dest, name, tensor)
+        frame, iteration = rendezvous_key_frame(key)
+        return self.gate.arrive(step_id, dest, name, tensor, frame, iteration)
 
     def stats(self, include_active: bool = True) -> dict[str, Any]:
         return {"ps": self.address, "upstream": self.upstream, **self.gate.summary(),

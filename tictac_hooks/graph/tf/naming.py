@@ -42,3 +42,61 @@ def parse_rendezvous_key(key: str) -> tuple[str, str, str]:
     if len(parts) < 4:
         return key, "", ""
     return sending_node_name(parts[3]), parts[2], parts[3]
+
+
+def rendezvous_key_frame(key: str) -> tuple[int, int]:
+    """(frame id, iteration) of a rendezvous key's last field ``frame:iter``; (0, 0)
+    outside loops or when the key has none. Inside a while loop (Keras's
+    ``steps_per_execution > 1``) each iteration is a training step of its own."""
+    parts = key.split(";")
+    if len(parts) < 5:
+        return 0, 0
+    frame, _, iteration = parts[4].partition(":")
+    try:
+        return int(frame), int(iteration)
+    except ValueError:
+        return 0, 0
+
+
+def is_dead_response(message: bytes | memoryview) -> bool:
+    """Whether a serialized ``RecvTensorResponse`` has ``is_dead`` (field 2) set: the
+    exit iteration of a loop sends every body transfer once more, dead. Reads the
+    top-level fields only (the tensor, field 1, is skipped by its length); False for
+    anything it cannot read. The C++ twin is tf_server.cc's ResponseIsDead."""
+    data, pos, n = bytes(message[:64]), 0, len(message)
+
+    def varint() -> int | None:
+        nonlocal pos
+        value = shift = 0
+        while pos < len(data) and shift < 64:
+            b = data[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+        return None
+
+    for _ in range(16):
+        if pos >= n or pos >= len(data):
+            return False
+        tag = varint()
+        if tag is None:
+            return False
+        field, wire = tag >> 3, tag & 7
+        if wire == 0:
+            value = varint()
+            if value is None:
+                return False
+            if field == 2:
+                return value != 0
+        elif wire == 2:
+            length = varint()
+            if length is None:
+                return False
+            pos += length
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            return False
+    return False
