@@ -16,8 +16,13 @@ Standard library only.
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from typing import Any, Iterable, Mapping
+
+# TensorFlow's names for what a lowered while loop's condition function takes (e.g.
+# ``Func/while/cond/_0/input/_57``): sent in every iteration, the dead exit one too.
+_LOOP_CONDITION = re.compile(r"(^|/)cond/_\d+/")
 
 # A worker step's phase: profiling in TensorFlow's order, in TicTac's order, or a check
 # block in TensorFlow's order after the switch.
@@ -128,9 +133,12 @@ class GateStep:
 
     @property
     def dead(self) -> bool:
-        """Every transfer was a dead tensor: a loop's exit iteration, not a training
-        step."""
-        return bool(self.transfers) and all(t.dead for t in self.transfers)
+        """The record holds no training step: each of its transfers is a dead tensor
+        or the loop's condition input (which TensorFlow sends live in every iteration,
+        the exit one too). A loop's exit iteration, or a PS that only feeds the loop's
+        condition."""
+        return bool(self.transfers) and all(
+            t.dead or _LOOP_CONDITION.search(t.name) for t in self.transfers)
 
     def to_json(self) -> dict[str, Any]:
         out = {"step_id": self.step_id, "worker": self.worker,

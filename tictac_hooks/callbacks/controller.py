@@ -23,7 +23,7 @@ from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
-from tictac_hooks.graph.tf.naming import sending_node_name
+from tictac_hooks.graph.tf.naming import canonical_transfer_name, sending_node_name
 from tictac_hooks.records import PROFILING, WorkerStep
 
 log = logging.getLogger("tictac")
@@ -185,6 +185,7 @@ class Controller:
         self._link_rate: float | None = None
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
+        self.not_ordered_reason: str | None = None  # why the switch left TF's order
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
@@ -320,6 +321,25 @@ class Controller:
                         if self.settings.recheck_every else ""))
         return self.schedule
 
+    def not_ordered(self, error: BaseException) -> None:
+        """The switch failed: one line saying why, TensorFlow's order stays on every PS
+        (nothing was installed, or it is cleared), no order check; training goes on."""
+        reason = str(error) or type(error).__name__
+        if not isinstance(error, (ScheduleError, TicTacSetupError)):
+            reason = f"{type(error).__name__}: {reason}"
+        self.not_ordered_reason = reason
+        self.check, self._candidates, self.schedule = None, {}, None
+        self._want = self._decided = None
+        if self.installs and self._installed is not None:
+            try:
+                from tictac_hooks.enforce.client import clear_everywhere
+                clear_everywhere(self.ps_addresses)
+                self._installed = None
+            except Exception:  # noqa: BLE001 - a PS that went away: nothing to clear
+                log.debug("TicTac: clearing after a failed switch", exc_info=True)
+        log.debug("TicTac: the switch failed", exc_info=error)
+        self.say(f"TensorFlow's own transfer order kept, training goes on: {reason}")
+
     def _parts_for(self, algorithm: str, graphs: Mapping[str, Graph],
                    compute_times: Mapping[str, float] | None, served: set[str],
                    late: set[str]) -> list[tuple[Graph, Schedule]]:
@@ -445,19 +465,34 @@ class Controller:
 
     @staticmethod
     def _received_only(graph: Graph, served: set[str], late: set[str]) -> Graph:
+        """The DAG with only the recvs the PSes served while profiling (the others are
+        reads that never left their PS), each named as the PSes name it: a tensor sent
+        over two edges in one step is two recvs named by their edges (edge_<n>_<node>),
+        which the PSes report by its sending node; a read inside a step loop is named by
+        the loop's body, which TensorFlow numbers when it lowers the loop
+        (canonical_transfer_name)."""
         recv_names = {op.name for op in graph.recvs} - late
-        if served:
-            # A tensor sent over two edges in one step is two recvs in the DAG, named by
-            # their edges (edge_<n>_<node>); the PSes report it by its sending node.
-            matched = {n for n in recv_names if n in served or sending_node_name(n) in served}
-            if not matched:
-                raise ScheduleError(
-                    f"none of the {len(served)} transfers the PSes served (e.g. "
-                    f"{sorted(served)[0]!r}) is a recv of the traced graph "
-                    f"(e.g. {graph.recvs[0].name if graph.recvs else '(no recvs)'}): the "
-                    "graph is not the one being trained")
-            recv_names = matched
-        return graph.with_recvs_only(recv_names)
+        if not served:
+            return graph.with_recvs_only(recv_names)
+        by_canonical: dict[str, str] = {}
+        for name in sorted(served):
+            by_canonical.setdefault(canonical_transfer_name(name), name)
+        matched, renamed = set(), {}
+        for n in recv_names:
+            if n in served or sending_node_name(n) in served:
+                matched.add(n)
+            elif (as_served := by_canonical.get(canonical_transfer_name(n))) is not None:
+                matched.add(n)
+                renamed[n] = as_served
+        if not matched:
+            reads = sorted(recv_names) or sorted(op.name for op in graph.recvs)
+            raise ScheduleError(
+                f"none of the {len(served)} transfers the PSes served while profiling "
+                f"(e.g. {sorted(served)[0]!r}) matches a parameter read of the step "
+                f"function TicTac traced ({len(reads)} reads, e.g. "
+                f"{reads[0] if reads else 'none'!r}), so TicTac cannot tell which "
+                "transfer feeds which part of the step")
+        return graph.with_recvs_only(matched).renamed(renamed)
 
     def suspend(self) -> None:
         """Clears the schedule on every PS (e.g. while fit runs validation, whose
@@ -532,6 +567,8 @@ class Controller:
             self._finish_check()  # training ended inside the check: decide on what ran
         self.poll(everything=True)
         summary = self.steplog.summary()
+        if self.not_ordered_reason:
+            summary["not_ordered"] = self.not_ordered_reason
         if self.check_results:
             results = [{k: v for k, v in r.items() if k != "blocks"}
                        for r in self.check_results]

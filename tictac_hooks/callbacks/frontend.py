@@ -4,10 +4,13 @@ Each frontend is an adapter that knows where its framework keeps three things (t
 addresses, a way to wait for dispatched steps, the DAG of the step that runs) and calls
 :class:`StepDriver` from its hooks. The driver:
 
-- counts the steps the training loop dispatches;
-- at step ``profile_steps`` pauses the loop, waits for the profiled steps, asks the
-  adapter for the DAG and switches the controller to the computed order (the pause is
-  marked, so no step time includes it);
+- counts the training steps the loop dispatches (a dispatched call may run several:
+  Keras's ``steps_per_execution``);
+- once ``profile_steps`` training steps were dispatched, pauses the loop, waits for the
+  profiled steps, asks the adapter for the DAG and switches the controller to the
+  computed order (the pause is marked, so no step time includes it); a switch that
+  fails for any reason says why in one line and leaves TensorFlow's order: training
+  goes on;
 - after the switch tells the controller of every dispatched step, which runs the order
   check's blocks and then keeps or clears the order (order_check.py);
 - polls the PSes for step records every ``poll_every`` steps (and, for Keras, every
@@ -81,15 +84,17 @@ class StepDriver:
     def switched(self) -> bool:
         return self.steps >= self.settings.profile_steps
 
-    def step(self) -> None:
-        """Call once per step the loop dispatches (under PSS: schedules on a worker)."""
-        self.steps += 1
-        if self.steps == self.settings.profile_steps:
+    def step(self, count: int = 1) -> None:
+        """Call once per call the loop dispatches (under PSS: schedules on a worker),
+        with the number of training steps it runs (``steps_per_execution``)."""
+        before, self.steps = self.steps, self.steps + count
+        profile = self.settings.profile_steps
+        if before < profile <= self.steps:
             self.switch()
-            return
-        if self.steps > self.settings.profile_steps:
-            self.controller.step_dispatched()
-        if self.poll_every and self.steps % self.poll_every == 0:
+        elif before >= profile:
+            for _ in range(count):  # the order check counts training steps
+                self.controller.step_dispatched()
+        if self.poll_every and before // self.poll_every != self.steps // self.poll_every:
             self.controller.poll()
 
     def epoch_end(self) -> None:
@@ -104,9 +109,12 @@ class StepDriver:
         with self.paused():
             if self._join is not None:
                 self._join()
-            dag = self._find_dag()
-            self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
-                                   late=set(dag.late))
+            try:
+                dag = self._find_dag()
+                self.controller.switch(dag.graphs, dag.compute_times,
+                                       bandwidth=dag.bandwidth, late=set(dag.late))
+            except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
+                self.controller.not_ordered(e)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -130,6 +130,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.summary: dict[str, Any] | None = None  # of the last finished run
         self._driver: StepDriver | None = None       # of the current run
         self._mode: str | None = None                # "train", "test" or "predict"
+        # The last batch index fit reported per mode, in the current epoch: a call
+        # that runs steps_per_execution steps reports its last step's index.
+        self._last_batch: dict[str, int] = {}
         # Batch-level hooks under ParameterServerStrategy (logs stay RemoteValues).
         from tictac_hooks.patches import keras_internals
         keras_internals.allow_batch_hooks_under_pss(self)
@@ -142,23 +145,27 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def on_train_begin(self, logs: Any = None) -> None:
         self._begin("train")
 
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._last_batch["train"] = -1
+
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._driver and self._mode == "train":
             self._driver.epoch_end()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._step("train")
+        self._step("train", batch)
 
     def on_train_end(self, logs: Any = None) -> None:
         self._end("train")
 
     def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._step("test")
+        self._step("test", batch)
 
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._step("predict")
+        self._step("predict", batch)
 
     def on_test_begin(self, logs: Any = None) -> None:
+        self._last_batch["test"] = -1
         if self._driver and self._mode == "train":
             self._driver.suspend()  # validation inside fit: TF's own order
         else:
@@ -171,6 +178,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
             self._end("test")
 
     def on_predict_begin(self, logs: Any = None) -> None:
+        self._last_batch["predict"] = -1
         self._begin("predict")
 
     def on_predict_end(self, logs: Any = None) -> None:
@@ -194,10 +202,15 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         driver.start()
         self._driver, self._mode = driver, mode
 
-    def _step(self, mode: str) -> None:
-        """A step of the current run was dispatched (scheduled on a worker under PSS)."""
+    def _step(self, mode: str, batch: int) -> None:
+        """A call of the current run was dispatched (scheduled on a worker under PSS).
+        ``batch`` is the index, within the epoch, of the last training step it runs:
+        with ``steps_per_execution = k`` it runs k steps (fewer at an epoch's end)."""
+        last = self._last_batch.get(mode, -1)
+        count = batch - last if isinstance(batch, int) and batch > last else 1
+        self._last_batch[mode] = batch if isinstance(batch, int) else last + 1
         if self._driver and self._mode == mode:
-            self._driver.step()
+            self._driver.step(count)
 
     def _end(self, mode: str) -> None:
         driver = self._driver

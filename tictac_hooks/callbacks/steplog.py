@@ -1,7 +1,10 @@
 """Per-step records assembled from the parameter servers' transfer statistics.
 
-Each PS reports, per (step_id, destination worker), the transfers it handed back. A
-step of a worker is the union over PSes. A step is *finalized* once a later step of the
+Each PS reports, per (step_id, destination worker, loop iteration), the transfers it
+handed back. A step of a worker is the union over PSes. Under Keras's
+``steps_per_execution > 1`` one step id runs several training steps as the iterations
+of a loop: each iteration is a step (what the call does once, outside the loop, counts
+with its first iteration), and the loop's dead exit iteration is none. A step is *finalized* once a later step of the
 same worker exists (its step time is the gap between their first transfers); finalized
 steps are handed out once and then only their aggregates are kept, so memory stays
 bounded over any number of steps.
@@ -69,7 +72,9 @@ class StepLog:
 
     def __init__(self, destination_jobs: Iterable[str] = ("worker",)) -> None:
         self.destination_jobs = tuple(destination_jobs)
-        self._pending: dict[str, dict[int, _Pending]] = collections.defaultdict(dict)
+        # worker -> (step_id, iteration) -> the step's records so far
+        self._pending: dict[str, dict[tuple[int, int], _Pending]] = \
+            collections.defaultdict(dict)
         self._finalized_ids: dict[str, collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_FINALIZED_IDS))
         self._count: dict[str, int] = collections.defaultdict(int)
@@ -94,15 +99,16 @@ class StepLog:
     def add(self, records: Iterable[GateStep]) -> None:
         for rec in records:
             worker = rec.worker
-            if not rec.order or not self.is_destination(worker):
+            if not rec.order or not self.is_destination(worker) or rec.dead:
                 continue  # e.g. the coordinator's own reads while workers train
-            if rec.step_id in self._finalized_ids[worker]:
+            step_key = (rec.step_id, rec.iteration)
+            if step_key in self._finalized_ids[worker]:
                 continue
-            step = self._pending[worker].setdefault(rec.step_id, _Pending({}))
-            step.per_ps[rec.ps] = rec
+            step = self._pending[worker].setdefault(step_key, _Pending({}))
+            step.per_ps[rec.ps if not rec.frame else f"{rec.ps} loop"] = rec
             if not rec.scheduled:
                 self.served[worker].update(rec.order)
-                key = (rec.ps, rec.step_id, worker)
+                key = (rec.ps, rec.step_id, rec.frame, rec.iteration, worker)
                 self._profiled.pop(key, None)
                 self._profiled[key] = rec
                 while len(self._profiled) > _KEEP_PROFILED:

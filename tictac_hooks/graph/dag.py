@@ -192,6 +192,14 @@ class Graph:
                for op in self._ops]
         return Graph(ops)
 
+    def renamed(self, names: Mapping[str, str]) -> "Graph":
+        """A copy with ops renamed by ``names`` (old -> new; others keep theirs), and
+        every input that names a renamed op renamed with it."""
+        new = lambda n: names.get(n, n)  # noqa: E731
+        return Graph(dataclasses.replace(op, name=new(op.name),
+                                         inputs=tuple(new(i) for i in op.inputs))
+                     for op in self._ops)
+
     def summary(self) -> dict[str, Any]:
         n_bytes = [op.bytes for op in self._recvs if op.bytes is not None]
         return {

@@ -21,6 +21,11 @@ from tictac_hooks.graph.tf.naming import PARAMETER_READ_OPS, task_of
 HANDLE_FORWARDING_OPS = frozenset({"Identity"})
 # Function-call ops whose bodies are inlined (TF inlines them before running too).
 CALL_OPS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+WHILE_OPS = frozenset({"While", "StatelessWhile"})
+# Ops that take the next batch: a loop whose body takes one runs a training step per
+# iteration (Keras's steps_per_execution > 1).
+NEXT_BATCH_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional",
+                            "IteratorGetNextSync"})
 
 
 def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) -> Extraction:
@@ -59,6 +64,15 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) ->
         not modelled as a recv (listed in ``warnings``).
       * Constants, placeholders and NoOps are kept as compute ops (profiling gives them
         ~0); data and control edges are both dependencies.
+      * A step loop: when the function runs its training steps in a top-level
+        ``While`` whose body takes the next batch and reads remote variables (tf_keras's
+        ``steps_per_execution > 1``), the DAG is ONE iteration of the loop body, its
+        nodes named ``<while node>/body/<body node>`` (TensorFlow names the lowered
+        body ``<while node>/body/_<n>/...``; ``naming.canonical_transfer_name`` maps
+        both to one name). Every iteration is a training step that follows one order;
+        what the function does once per call outside the loop is left out (its
+        transfers pass the gate unlisted). Loop-carried and loop-invariant inputs of
+        the body are available when its iteration starts.
 
     Raises:
       GraphError: the argument is not a concrete function, or a malformed graph.
@@ -77,10 +91,42 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) ->
     graph_def = graph.as_graph_def()
     library = {f.signature.name: f for f in graph_def.library.function}
     builder = _Builder(library)
-    builder.add_nodes(
-        [_Node(n.name, n.op, list(n.input), n.attr) for n in graph_def.node],
-        prefix="", arg_map={}, remote={k: v for k, v in remote_handles.items()})
+    nodes = [_Node(n.name, n.op, list(n.input), n.attr) for n in graph_def.node]
+    loop = _step_loop(nodes, library, remote_handles)
+    if loop is not None:
+        builder.add_loop_body(loop, dict(remote_handles))
+    else:
+        builder.add_nodes(nodes, prefix="", arg_map={},
+                          remote={k: v for k, v in remote_handles.items()})
     return builder.finish()
+
+
+def _step_loop(nodes: list["_Node"], library: Mapping[str, Any],
+               remote: Mapping[str, Any]) -> "_Node | None":
+    """The top-level ``While`` that runs the training steps, if the function has one:
+    its body takes the next batch and reads a remote variable. None otherwise."""
+    for node in nodes:
+        if node.op not in WHILE_OPS or "body" not in node.attr:
+            continue
+        body = library.get(node.attr["body"].func.name)
+        if body is None:
+            continue
+        takes_remote = any(_input_node(i)[0] in remote
+                           for i in node.inputs if not i.startswith("^"))
+        if takes_remote and _calls(body, library, NEXT_BATCH_OPS):
+            return node
+    return None
+
+
+def _calls(fdef: Any, library: Mapping[str, Any], ops: frozenset[str], depth: int = 0) -> bool:
+    """Whether a function (or one it calls) has a node of one of ``ops``."""
+    for n in fdef.node_def:
+        if n.op in ops:
+            return True
+        if depth < 8 and n.op in CALL_OPS and n.attr["f"].func.name in library:
+            if _calls(library[n.attr["f"].func.name], library, ops, depth + 1):
+                return True
+    return False
 
 
 def graph_from_concrete_function(concrete_fn: Any, remote_variables: Any = None) -> Graph:
@@ -177,6 +223,27 @@ class _Builder:
                 else:
                     self.ps_side.add(full)
             self._add(Op(name=full, kind=COMPUTE, inputs=tuple(deps)), node.op)
+
+    def add_loop_body(self, loop: _Node, remote: dict[str, Any]) -> None:
+        """One iteration of the step loop ``loop`` (a top-level While): its body's
+        nodes, named ``<loop>/body/<node>``; a body argument is a remote variable where
+        the loop's input is one, else available at the iteration's start (no
+        dependency)."""
+        fdef = self.library[loop.attr["body"].func.name]
+        data_inputs = [i for i in loop.inputs if not i.startswith("^")]
+        body_remote: dict[str, Any] = {}
+        for k, arg in enumerate(fdef.signature.input_arg):
+            if k >= len(data_inputs):
+                break
+            src = _input_node(data_inputs[k])[0]
+            var = remote.get(src)
+            if var is not None:
+                body_remote[arg.name] = var
+        body_args = {arg.name: [] for arg in fdef.signature.input_arg
+                     if arg.name not in body_remote}
+        body = [_Node(n.name, n.op, [_body_input(i) for i in n.input], n.attr)
+                for n in fdef.node_def]
+        self.add_nodes(body, f"{loop.name}/body/", body_args, body_remote)
 
     def _resolve(self, src: str, raw: str, prefix: str, arg_map: Mapping[str, list[str]],
                  control: bool) -> list[str]:

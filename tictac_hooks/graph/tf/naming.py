@@ -20,6 +20,7 @@ PARAMETER_READ_OPS = frozenset({"ReadVariableOp", "ResourceGather", "ResourceGat
                                 "VariableV2", "Variable", "VarHandleOp"})
 
 _EDGE_PREFIX = re.compile(r"^edge_\d+_")
+_LOWERED_BODY = re.compile(r"(^|/)body/_\d+/")
 _TASK = re.compile(r"/job:([^/]+)(?:/replica:\d+)?/task:(\d+)")
 
 
@@ -32,6 +33,14 @@ def task_of(device: str) -> str | None:
 def sending_node_name(tensor_name: str) -> str:
     """``"edge_74_sequential/d1/MatMul/ReadVariableOp"`` -> the sending node's name."""
     return _EDGE_PREFIX.sub("", tensor_name, count=1)
+
+
+def canonical_transfer_name(name: str) -> str:
+    """A transfer's name with TensorFlow's numbering of a lowered loop body taken out:
+    the PS serves ``while/body/_1/while/dense/MatMul/ReadVariableOp``, the extraction
+    of the step function names that read ``while/body/while/dense/MatMul/ReadVariableOp``
+    (one iteration of the loop, graph/tf/functions.py)."""
+    return _LOWERED_BODY.sub(r"\1body/", sending_node_name(name))
 
 
 def parse_rendezvous_key(key: str) -> tuple[str, str, str]:
