@@ -30,6 +30,9 @@ flags.DEFINE_integer("steps_per_epoch", 10, "Steps per epoch (statistics are rea
                      lower_bound=1)
 # --log_dir is absl's own flag (absl.logging defines it); here it is the TensorBoard
 # directory (default: runs/keras_ps_train).
+flags.DEFINE_integer("steps_per_execution", 1, "Training steps per dispatched call "
+                     "(compile's steps_per_execution); TicTac orders every one.",
+                     lower_bound=1)
 flags.DEFINE_integer("workers", 2, "Worker tasks.", lower_bound=1)
 flags.DEFINE_integer("ps", 1, "Parameter-server tasks.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 256, "Global batch size.", lower_bound=1)
@@ -108,7 +111,8 @@ def train(spec: dict) -> None:
     with strategy.scope():
         model = build_model(keras, FLAGS.seed, FLAGS.model)
         model.compile(optimizer=keras.optimizers.SGD(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      steps_per_execution=FLAGS.steps_per_execution)
     tictac = TicTac(log_dir=log_dir, bandwidth=link_bandwidth() if FLAGS.pacing else None)
     epochs = max(1, FLAGS.steps // FLAGS.steps_per_epoch)
     history = model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed, FLAGS.model),

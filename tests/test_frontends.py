@@ -344,3 +344,128 @@ def test_a_tensor_sent_twice_is_scheduled_under_both_edge_names(adapter, gate, m
     for rec in scheduled:
         assert rec["unlisted"] == [] and rec["violations"] == 0, rec
         assert sorted(rec["order"]) == sorted(op.name for op in recvs)
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+@pytest.mark.parametrize("failure", ["no_read_matches", "find_dag_raises"])
+def test_a_switch_that_cannot_order_says_why_and_training_goes_on(
+        adapter, failure, gate, monkeypatch, capsys):
+    """Never kill training: a DAG whose reads match none of the served transfers, or an
+    error while finding the DAG, leaves TensorFlow's order, in one line saying why."""
+    graph = _dag()
+    if failure == "no_read_matches":
+        traced = Graph([Op(f"other/{op.name}", op.kind, tuple(f"other/{i}" for i in op.inputs),
+                           channel=op.channel, bytes=op.bytes) for op in graph.ops])
+        dag = StepDAG(traced)
+    else:
+        class Unreadable(StepDAG):
+            @property
+            def graphs(self):
+                raise RuntimeError("a graph shape the extraction does not know")
+
+            @graphs.setter
+            def graphs(self, value):
+                pass
+        dag = Unreadable(graph)
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, check_rounds=1,
+                    check_block_steps=BLOCK)
+    frontend, summary, ran = _run(adapter, gate, graph, settings, monkeypatch,
+                                  PROFILE_STEPS + 2 * BLOCK + 4, dag=dag)
+    assert ran == [None] * len(ran)  # every step in TensorFlow's order, to the end
+    assert inprocess.calls(PS)["install"] == 0
+    why = summary["not_ordered"]
+    assert ("cannot tell which transfer" in why if failure == "no_read_matches"
+            else "does not know" in why), why
+    lines = [line for line in capsys.readouterr().out.splitlines()
+             if "own transfer order kept" in line]
+    assert len(lines) == 1 and "training goes on" in lines[0], lines
+    assert "not the one being trained" not in why
+    worker = summary["workers"][WORKER] if "workers" in summary else summary[WORKER]
+    assert worker["steps"] == len(ran)
+
+
+class LoopWorkers(Workers):
+    """A worker under ``steps_per_execution = k``: one step id per call, each training
+    step an iteration of the loop (the key's frame:iter); the exit iteration sends
+    every read once more as a dead tensor, and what runs once per call outside the loop
+    (frame 0:0) comes too. Names are as the PS serves them: the lowered loop body's."""
+
+    FRAME = 77
+
+    def __init__(self, gate: Gate, graph: Graph, k: int, seed: int = 0) -> None:
+        super().__init__(gate, graph, seed)
+        self.k = k
+        self.served = {n: n.replace("while/body/", "while/body/_1/", 1) for n in self.names}
+
+    def call(self, iterations: int | None = None) -> None:
+        step_id = next(self.ids)
+        iterations = self.k if iterations is None else iterations
+
+        async def one(name: str, it: int, dead: bool) -> None:
+            ticket = self.gate.arrive(step_id, WORKER, self.served[name], "",
+                                      self.FRAME, it)
+            turn = self.gate.request(ticket)
+            if turn is not None:
+                await turn
+            ticket.nbytes, ticket.dead = (23 if dead else self.sizes[name]), dead
+            self.gate.completed(ticket)
+            self.gate.handed_back(ticket)
+
+        async def once_per_call() -> None:
+            ticket = self.gate.arrive(step_id, WORKER, "while/exit/_41", "")
+            ticket.nbytes = 21
+            self.gate.handed_back(ticket)
+
+        async def the_call() -> None:
+            await once_per_call()
+            for it in range(iterations + 1):  # the last: the dead exit iteration
+                order = self.names[:]
+                self.rng.shuffle(order)
+                await asyncio.gather(*(one(n, it, it == iterations) for n in order))
+        self.loop.run_until_complete(the_call())
+
+
+def test_steps_per_execution_counts_training_steps_and_orders_every_iteration(
+        gate, monkeypatch):
+    """Keras with steps_per_execution = 4: each dispatched call runs 4 training steps
+    (fit reports the call's last step index). profile_steps counts training steps, the
+    order is installed from the next call on, and every iteration of every later call
+    follows it as its own step; the step counts add up to the training steps."""
+    k, steps_per_epoch, epochs = 4, 10, 3  # calls of 4, 4, 2 steps per epoch
+    body = Graph([Op(f"while/body/while/{op.name}", op.kind,
+                     tuple(f"while/body/while/{i}" for i in op.inputs),
+                     channel=op.channel, bytes=op.bytes) for op in _dag().ops])
+    settings = dict(algorithm="tic", profile_steps=8, check_rounds=0, window_bytes=0)
+    cb, _, _, end = _keras(settings, StepDAG(body), monkeypatch)
+    workers = LoopWorkers(gate, body, k)
+    cb.on_train_begin()
+    installed_after = []
+    for epoch in range(epochs):
+        cb.on_epoch_begin(epoch)
+        done = 0
+        while done < steps_per_epoch:
+            n = min(k, steps_per_epoch - done)
+            workers.call(n)
+            done += n
+            cb.on_train_batch_end(done - 1)  # the index of the call's last step
+            installed_after.append(gate.schedule_version is not None)
+        cb.on_epoch_end(epoch)
+    summary = end()
+    workers.close()
+    assert cb._driver is None and summary is not None
+    assert installed_after[:2] == [False, True]  # 8 training steps = 2 calls
+    assert sorted(cb.controller.schedule.order) == sorted(workers.served.values())
+    records = gate.records()
+    loop_records = [r for r in records if r.get("frame") == LoopWorkers.FRAME]
+    live = [r for r in loop_records if not any(t.get("dead") for t in r["transfers"])]
+    scheduled = [r for r in live if r["schedule_version"] is not None]
+    assert len(live) == epochs * steps_per_epoch
+    assert len(scheduled) == epochs * steps_per_epoch - 8
+    for rec in scheduled:  # each iteration in the order, as a step of its own
+        assert [t["state"] for t in rec["transfers"]] == ["listed"] * len(body.recvs)
+        priorities = [t["priority"] for t in rec["transfers"]]
+        assert priorities == sorted(priorities) and rec["skips"] == 0, rec
+    worker = summary["workers"][WORKER]
+    assert worker["steps"] == epochs * steps_per_epoch  # dead exits and per-call not steps
+    assert summary["order"]["scheduled_steps"] == summary["order"]["followed"]
+    assert summary["order"]["scheduled_steps"] >= len(scheduled) - 1

@@ -120,30 +120,47 @@ def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_q
 
 @pytest.mark.cluster
 def test_same_seed_trains_the_same_weights_with_and_without_tictac(tmp_path):
+    """At steps_per_execution 1, 4 and 10 (one call running that many steps in a
+    loop), TicTac's order changes nothing that is trained."""
     runs = {"none": ["--tictac_algorithm=none"], "tic": ["--tictac_algorithm=tic"],
             "plain": ["--notictac"]}
-    # The three trainings run at once (each on its own local cluster): one worker, so
-    # what is trained does not depend on timing, and the test takes one run's time.
+    runs.update({f"{name}@{k}": [*args, f"--steps_per_execution={k}"]
+                 for k in (4, 10) for name, args in runs.items() if name != "none"})
+    # The trainings run at once (each on its own local cluster): one worker, so what
+    # is trained does not depend on timing, and the test takes about one run's time.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     procs = {name: subprocess.Popen(
-        [sys.executable, EXAMPLE, *QUICK, "--workers=1", "--steps=24", "--steps_per_epoch=8",
-         "--tictac_profile_steps=6", f"--log_dir={tmp_path / name}",
+        [sys.executable, EXAMPLE, *QUICK, "--workers=1", "--steps=40", "--steps_per_epoch=20",
+         "--tictac_profile_steps=6", "--tictac_check_rounds=1",
+         "--tictac_check_block_steps=4", f"--log_dir={tmp_path / name}",
+         f"--summary_json={tmp_path / f'{name}.json'}",
          f"--save_weights={tmp_path / f'{name}.npz'}", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
         for name, args in runs.items()}
     weights = {}
     for name, proc in procs.items():
         try:
-            _, err = proc.communicate(timeout=300)
+            out, err = proc.communicate(timeout=400)
         finally:
             proc.kill()
         assert proc.returncode == 0, (name, err[-4000:])
         with np.load(tmp_path / f"{name}.npz") as f:
             weights[name] = [f[k] for k in sorted(f.files, key=lambda k: int(k.split("_")[1]))]
-    for name in ("none", "tic"):
-        assert len(weights[name]) == len(weights["plain"]) > 0
-        for a, b in zip(weights[name], weights["plain"]):
-            np.testing.assert_array_equal(a, b)
+        if name.startswith("tic"):  # the order was installed and followed
+            assert "[tictac] installed on 1 of 1 PS" in out, (name, out)
+            summary = json.loads((tmp_path / f"{name}.json").read_text())
+            assert "not_ordered" not in summary, summary
+            order = summary["order"]
+            assert order["scheduled_steps"] >= 4 and order["followed"] == order["scheduled_steps"]
+            (worker,) = summary["workers"].values()
+            assert worker["steps"] == 40, (name, worker)  # training steps, not calls
+    for name in runs:
+        if name.startswith("plain"):
+            continue
+        plain = "plain" + name[len(name.split("@")[0]):]
+        assert len(weights[name]) == len(weights[plain]) > 0
+        for a, b in zip(weights[name], weights[plain]):
+            np.testing.assert_array_equal(a, b, err_msg=name)
 
 
 def test_an_invalid_flag_value_fails_with_absl_message():

@@ -391,3 +391,44 @@ def test_shape_only_consumers_are_not_uses_of_a_recv():
     assert by_name["shape2"].inputs == ()
     assert "l2/kernel/read" in by_name["grad2"].inputs
     assert layer_order(g).order == ("l1/kernel/read", "l2/kernel/read")
+
+
+def _fit_train_function(keras, steps_per_execution):
+    """The train function tf_keras's fit traced, for the dense model compiled with
+    ``steps_per_execution``."""
+    from tictac_hooks.patches import keras_internals
+    model = keras.Sequential([keras.Input((4,)),
+                              keras.layers.Dense(8, activation="relu", name="d1"),
+                              keras.layers.Dense(2, name="d2")], name="dense_model")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse",
+                  steps_per_execution=steps_per_execution)
+    data = tf.data.Dataset.from_tensors((tf.zeros([8, 4]), tf.zeros([8, 2]))).repeat()
+    model.fit(data, epochs=1, steps_per_epoch=steps_per_execution, verbose=0)
+    return keras_internals.traced_step_functions(model.train_function)[-1]
+
+
+def test_a_step_loop_is_one_iteration_of_its_body():
+    """steps_per_execution > 1: tf_keras runs the steps in a while loop of one call.
+    The DAG is one iteration of the loop body, with the same reads and dependencies as
+    the one-step function, named by the body (the PS numbers the lowered body, which
+    canonical_transfer_name takes out); the read of the loop's bound, once per call,
+    is not a training step's transfer."""
+    keras = pytest.importorskip("tf_keras")
+    one = functions.extract_concrete_function(_fit_train_function(keras, 1))
+    loop = functions.extract_concrete_function(_fit_train_function(keras, 4))
+    assert not loop.warnings, loop.warnings
+    (prefix,) = {r.name.split("/body/")[0] for r in loop.graph.recvs}
+    strip = lambda n: n.split("/body/", 1)[1].split("/", 1)[1]  # noqa: E731 (name scope)
+    assert all(r.name.startswith(f"{prefix}/body/") for r in loop.graph.recvs)
+    assert sorted(strip(r.name) for r in loop.graph.recvs) == \
+        sorted(r.name for r in one.graph.recvs)
+    assert sorted(r.bytes or 0 for r in loop.graph.recvs) == \
+        sorted(r.bytes or 0 for r in one.graph.recvs)
+    # The same dependencies: each recv feeds as many compute ops in both.
+    def fanout(g, name):
+        return sum(name in op.inputs for op in g.ops)
+    one_fanout = sorted(fanout(one.graph, r.name) for r in one.graph.recvs)
+    assert sorted(fanout(loop.graph, r.name) for r in loop.graph.recvs) == one_fanout
+    served = f"{prefix}/body/_1/" + loop.graph.recvs[0].name.split("/body/", 1)[1]
+    assert naming.canonical_transfer_name(served) == loop.graph.recvs[0].name
+    assert naming.canonical_transfer_name(f"edge_7_{served}") == loop.graph.recvs[0].name
