@@ -40,10 +40,12 @@ flags.DEFINE_enum(
     "measured op times), none (profile and log only, install no schedule).")
 flags.DEFINE_integer(
     "tictac_profile_steps", DEFAULTS["profile_steps"],
-    "Steps run in TensorFlow's own order before the schedule is computed and installed "
-    "(default 5), counted as the training loop dispatches them: over all workers under "
-    "ParameterServerStrategy (each worker runs about N / workers of them), session.run "
-    "calls in graph mode. Transfer (and, for tac, compute) times are measured on these.",
+    "Training steps run in TensorFlow's own order before the schedule is computed and "
+    "installed (default 5), over all workers under ParameterServerStrategy (each worker "
+    "runs about N / workers of them), session.run calls in graph mode. Counted in "
+    "training steps, not dispatched calls: with steps_per_execution=10 and N=20 the "
+    "switch comes after two calls. Transfer (and, for tac, compute) times are measured "
+    "on these.",
     lower_bound=1)
 flags.DEFINE_string(
     "tictac_log_dir", DEFAULTS["log_dir"],
@@ -71,13 +73,15 @@ flags.DEFINE_integer(
     "than TensorFlow's (default 3; 0: no check, keep TicTac's order).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_block_steps", DEFAULTS["check_block_steps"],
-    "Steps per block of the order check, counted as the training loop dispatches them "
-    "(over all workers under ParameterServerStrategy; default 20; at least "
-    f"{MIN_CHECK_BLOCK_STEPS}: a block's first and last steps are not measured).",
+    "Training steps per block of the order check, over all workers under "
+    "ParameterServerStrategy (default 20; at least "
+    f"{MIN_CHECK_BLOCK_STEPS}: a block's first and last steps are not measured). A block "
+    "ends with the dispatched call that reaches it (steps_per_execution > 1 runs several "
+    "steps per call).",
     lower_bound=MIN_CHECK_BLOCK_STEPS)
 flags.DEFINE_integer(
     "tictac_recheck_every", DEFAULTS["recheck_every"],
-    "Run the order check again this many dispatched steps after each decision, so a "
+    "Run the order check again this many training steps after each decision, so a "
     "job whose best order changes (other load, another phase of training) follows it "
     "(default 5000; 0: check once).", lower_bound=0)
 flags.DEFINE_enum(

@@ -48,9 +48,12 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     Args:
       algorithm: ``"tic"`` (default), ``"tac"``, or ``"none"`` (profile and log only;
         ``--tictac_algorithm``).
-      profile_steps: steps run before the switch, a whole number >= 1 (default 5,
-        ``--tictac_profile_steps``), counted as fit dispatches them, over all workers
-        (each worker profiles about profile_steps / workers).
+      profile_steps: training steps run before the switch, a whole number >= 1
+        (default 5, ``--tictac_profile_steps``), over all workers (each worker profiles
+        about profile_steps / workers). Counted in training steps, not dispatched
+        calls: with ``compile(steps_per_execution=10)`` and 20, the switch comes after
+        two calls; every training step of a call (each iteration of its loop) then
+        follows the order.
       log_dir: where TensorBoard step-time summaries and the transfer timeline
         (``tictac_transfers.trace.json``) go (default None: nothing written;
         ``--tictac_log_dir``).
@@ -71,10 +74,10 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         each TicTac order (TIC, and TAC where compute times are measured) then
         TensorFlow's, after which the fastest is kept (default 3,
         ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
-      check_block_steps: steps per block of the check, >= 2 (default 20,
-        ``--tictac_check_block_steps``).
-      recheck_every: run the check again this many steps after each decision, >= 0
-        (default 5000, ``--tictac_recheck_every``; 0: check once).
+      check_block_steps: training steps per block of the check, >= 3 (default 20,
+        ``--tictac_check_block_steps``); a block ends with the call that reaches it.
+      recheck_every: run the check again this many training steps after each
+        decision, >= 0 (default 5000, ``--tictac_recheck_every``; 0: check once).
       align: how a PS shares its link among the workers of one step (``--tictac_align``):
         "on", each gets its k-th transfer before any its (k+1)-th; "off", one after the
         other; "auto" (default): off for fit, on for evaluate and predict.
