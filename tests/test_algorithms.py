@@ -266,3 +266,51 @@ def test_tac_fast_path_equals_the_full_tournament(seed, monkeypatch):
     fast = tac_paper(g)
     monkeypatch.setattr(algorithms, "_tac_fast_pick", lambda *a: None)
     assert tac_paper(g) == fast
+
+
+def _sharded_mlp(shards: int = 2, layers: int = 3) -> Graph:
+    """fc1..fcN, each kernel read as ``shards`` shards (one per PS) joined by a concat
+    that depends on them alone, as a ShardedVariable is read; the bias unsharded."""
+    ops, prev = [Op("x", "compute", time=0.0)], "x"
+    for layer in range(1, layers + 1):
+        kernel = [f"fc{layer}/kernel/part_{k}/read" for k in range(shards)]
+        for k, name in enumerate(kernel):
+            ops.append(Op(name, "recv", channel=f"ps:{k}", bytes=1 << 19, time=0.01,
+                          param=f"fc{layer}/kernel"))
+        ops.append(Op(f"fc{layer}/bias/read", "recv", channel="ps:0", bytes=2048, time=0.001))
+        ops.append(Op(f"fc{layer}/concat", "compute", tuple(kernel), time=0.001))
+        ops.append(Op(f"fc{layer}/matmul", "compute",
+                      (prev, f"fc{layer}/concat", f"fc{layer}/bias/read"), time=0.01))
+        prev = f"fc{layer}/matmul"
+    return Graph(ops)
+
+
+@pytest.mark.parametrize("algorithm", ["tic", "tac", "layer"])
+def test_a_sharded_variable_is_one_parameter_layer_by_layer(algorithm):
+    """The concat of a variable's shards depends on them alone: counted per shard, TIC
+    gave every kernel shard priority 0 (fc1's bias after the fc2/fc3 shards). As one
+    parameter, the order is the unsharded model's: layer by layer, each kernel's shards
+    next to each other."""
+    g = _sharded_mlp()
+    order = compute_order(g, algorithm).order
+    layer_of = [int(name.split("/")[0][2:]) for name in order]
+    assert layer_of == sorted(layer_of), order
+    for k in range(1, 4):  # the shards of one kernel are adjacent
+        at = [i for i, n in enumerate(order) if n.startswith(f"fc{k}/kernel/")]
+        assert at == list(range(at[0], at[0] + 2)), order
+
+
+@pytest.mark.parametrize("algorithm", ["tic", "tac", "tac-paper", "layer", "random"])
+def test_a_recv_with_inputs_comes_after_the_recvs_they_depend_on(algorithm):
+    """An embedding gather whose ids the worker computes from another transfer is
+    listed after that transfer, whatever the algorithm put first."""
+    g = Graph([Op("table_ids_source", "recv", channel="ps:0", bytes=400, time=0.01),
+               Op("ids", "compute", ("table_ids_source",), time=0.01),
+               Op("gather", "recv", ("ids",), channel="ps:1", bytes=40000, time=0.05),
+               Op("w", "recv", channel="ps:1", bytes=4000, time=0.02),
+               Op("out", "compute", ("gather", "w"), time=0.02)])
+    for seed in range(5):
+        s = compute_order(g, algorithm, seed=seed)
+        assert s.order.index("gather") > s.order.index("table_ids_source"), s.order
+        # never listed ahead of it (a tie lets the gate hand back either first)
+        assert s.priority["gather"] >= s.priority["table_ids_source"]

@@ -9,9 +9,11 @@ See docs/ALGORITHMS.md, "TIC", "TAC" and "Baselines".
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.dag import RECV, Graph
 from tictac_hooks.graph.oracle import generic_times
 from tictac_hooks.graph.properties import DependencyClasses, JobState, OutstandingState
 from tictac_hooks.graph.schedule import Schedule
@@ -181,15 +183,135 @@ def layer_order(graph: Graph) -> Schedule:
 
 def compute_order(graph: Graph, algorithm: str, seed: int = 0) -> Schedule:
     """Dispatches by name: ``tic``, ``tac``, ``tac-paper``, ``random`` (with ``seed``) or
-    ``layer``."""
+    ``layer``; on the graph's parameters (:func:`parameter_graph`: a partitioned
+    variable's shards are one parameter, each shard of it takes the parameter's place),
+    then with every recv that has inputs moved after the recvs those depend on
+    (:func:`after_inputs`)."""
+    merged, members = parameter_graph(graph)
     if algorithm == "tic":
-        return tic(graph)
-    if algorithm == "tac":
-        return tac(graph)
-    if algorithm == "tac-paper":
-        return tac_paper(graph)
-    if algorithm == "random":
-        return random_order(graph, seed)
-    if algorithm == "layer":
-        return layer_order(graph)
-    raise ValueError(f"unknown algorithm {algorithm!r}: choose one of {', '.join(ALGORITHMS)}")
+        schedule = tic(merged)
+    elif algorithm == "tac":
+        schedule = tac(merged)
+    elif algorithm == "tac-paper":
+        schedule = tac_paper(merged)
+    elif algorithm == "random":
+        schedule = random_order(merged, seed)
+    elif algorithm == "layer":
+        schedule = layer_order(merged)
+    else:
+        raise ValueError(f"unknown algorithm {algorithm!r}: choose one of "
+                         f"{', '.join(ALGORITHMS)}")
+    if members:
+        schedule = _expanded(schedule, members)
+    return after_inputs(schedule, graph)
+
+
+def parameter_graph(graph: Graph) -> tuple[Graph, dict[str, list[str]]]:
+    """The graph with the shards of each partitioned variable (recvs sharing a
+    ``param``) as ONE recv: a ShardedVariable is read as its shards joined by a concat
+    that depends on them alone, so the concat is no progress, and per shard every
+    kernel of every layer gets M+ of its own concat (TIC's priority 0 for all). The
+    merged recv is named after the parameter; its time and bytes are the shards' sum,
+    its inputs theirs. Returns (graph, merged name -> shard names in graph order);
+    the graph itself, and {}, when no recvs share a parameter."""
+    by_param: dict[str, list] = {}
+    for op in graph.recvs:
+        if op.param is not None:
+            by_param.setdefault(op.param, []).append(op)
+    groups = {param: ops for param, ops in by_param.items() if len(ops) > 1}
+    if not groups:
+        return graph, {}
+    taken = {op.name for op in graph.ops}
+    rename: dict[str, str] = {}
+    members: dict[str, list[str]] = {}
+    for param, ops in groups.items():
+        name = param if param not in taken else f"{param}/(shards)"
+        members[name] = [op.name for op in ops]
+        rename.update((op.name, name) for op in ops)
+    out = []
+    done: set[str] = set()
+    for op in graph.ops:
+        name = rename.get(op.name)
+        if name is None:
+            inputs = tuple(dict.fromkeys(rename.get(i, i) for i in op.inputs))
+            out.append(dataclasses.replace(op, inputs=inputs))
+            continue
+        if name in done:
+            continue
+        done.add(name)
+        shards = [graph[n] for n in members[name]]
+        inputs = tuple(dict.fromkeys(rename.get(i, i) for s in shards for i in s.inputs
+                                     if rename.get(i, i) != name))
+        times = [s.time for s in shards]
+        nbytes = [s.bytes for s in shards]
+        out.append(dataclasses.replace(
+            op, name=name, inputs=inputs,
+            time=None if None in times else float(sum(times)),  # type: ignore[arg-type]
+            bytes=None if None in nbytes else int(sum(nbytes))))  # type: ignore[arg-type]
+    return Graph(out), members
+
+
+def _expanded(schedule: Schedule, members: dict[str, list[str]]) -> Schedule:
+    """Each merged parameter's place in ``schedule`` taken by its shards, next to each
+    other (on each PS, one shard of a parameter follows the previous parameter's);
+    ties kept, priorities re-ranked."""
+    order: list[str] = []
+    tie_of: list[int] = []
+    for name in schedule.order:
+        for shard in members.get(name, [name]):
+            order.append(shard)
+            tie_of.append(schedule.priority[name])
+    return Schedule.from_order(schedule.algorithm, order, _ranks(order, tie_of))
+
+
+def _ranks(order: list[str], keys: list[int]) -> dict[str, int]:
+    """Priorities for ``order``: a run of equal ``keys`` is one tie group, with the
+    rank of its first member."""
+    priority: dict[str, int] = {}
+    for i, name in enumerate(order):
+        tie = i and keys[i] == keys[i - 1]
+        priority[name] = priority[order[i - 1]] if tie else i
+    return priority
+
+
+def after_inputs(schedule: Schedule, graph: Graph) -> Schedule:
+    """``schedule`` with every recv that has inputs (a read the PS serves only once the
+    worker sent it data, e.g. an embedding gather's ids) placed after every listed recv
+    those inputs depend on: the gate hands transfers back in order, so a recv listed
+    before one it waits for would hold it, and all behind it, until the skip bound.
+    Other recvs keep their places; unchanged when nothing must move."""
+    from tictac_hooks.graph.properties import dependency_bitsets
+    listed = set(schedule.order)
+    recv_names = [op.name for op in graph.recvs]
+    ancestors: dict[str, set[str]] = {}
+    for op, d in zip(graph.ops, dependency_bitsets(graph)):
+        if op.kind == RECV and op.inputs and op.name in listed:
+            found = {recv_names[i] for i in range(len(recv_names)) if d >> i & 1}
+            found = (found & listed) - {op.name}
+            if found:
+                ancestors[op.name] = found
+    if not ancestors:
+        return schedule
+    order: list[str] = []
+    placed: set[str] = set()
+    waiting: list[str] = []
+    for name in schedule.order:
+        waiting.append(name)
+        progress = True
+        while progress:  # place every waiting recv whose ancestors are all placed
+            progress = False
+            for w in list(waiting):
+                if ancestors.get(w, set()) <= placed:
+                    order.append(w)
+                    placed.add(w)
+                    waiting.remove(w)
+                    progress = True
+    order += waiting  # only for a cyclic graph, which Graph refuses
+    position = {n: i for i, n in enumerate(schedule.order)}
+    priority: dict[str, int] = {}
+    for i, name in enumerate(order):  # ties only where the schedule had them, unmoved
+        prev = order[i - 1] if i else None
+        tie = (prev is not None and position[name] == position[prev] + 1
+               and schedule.priority[name] == schedule.priority[prev])
+        priority[name] = priority[prev] if tie else i  # type: ignore[index]
+    return Schedule.from_order(schedule.algorithm, order, priority)

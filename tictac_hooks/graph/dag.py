@@ -83,6 +83,14 @@ class Op:
       time: seconds with the resource to itself (the time oracle), or None if unknown.
       channel: for a recv, the PS task carrying it (e.g. ``"ps:0"``).
       bytes: size of the transferred tensor, where known.
+      param: for a recv, the parameter it reads, where known: the shards of one
+        partitioned variable (``.../part_<k>``) share it, and count as one parameter
+        for the orders' dependency sets (algorithms.py).
+
+    A recv usually has no inputs (the PS can serve it at the start of the step). A
+    recv WITH inputs is a read the PS can serve only once they are done on the worker
+    (an embedding gather needs the ids the worker computes and sends): it is ready when
+    its inputs are, and an order places it after every recv they depend on.
     """
 
     name: str
@@ -91,6 +99,7 @@ class Op:
     time: float | None = None
     channel: str | None = None
     bytes: int | None = None
+    param: str | None = None
 
     @property
     def is_recv(self) -> bool:
@@ -101,8 +110,8 @@ class Graph:
     """A validated, topologically ordered iteration DAG.
 
     Construction checks everything a scheduler relies on and raises :class:`GraphError`
-    naming the offending op: duplicate names, unknown kinds or inputs, recvs with
-    inputs, negative or non-finite times, cycles.
+    naming the offending op: duplicate names, unknown kinds or inputs, negative or
+    non-finite times, cycles.
     """
 
     def __init__(self, ops: Iterable[Op]):
@@ -122,10 +131,6 @@ class Graph:
             if op.bytes is not None and op.bytes < 0:
                 raise GraphError(f"op {op.name!r}: bytes must be >= 0, got {short_repr(op.bytes)}")
             if op.kind == RECV:
-                if op.inputs:
-                    raise GraphError(
-                        f"recv op {op.name!r} has inputs {list(op.inputs)[:3]}: recvs are "
-                        "transfers from a PS and must be roots of the worker graph")
                 if op.channel is None:
                     op = dataclasses.replace(op, channel=DEFAULT_CHANNEL)
             by_name[op.name] = op
@@ -221,6 +226,8 @@ class Graph:
                 d["channel"] = op.channel
             if op.bytes is not None:
                 d["bytes"] = op.bytes
+            if op.param is not None:
+                d["param"] = op.param
             out.append(d)
         return {"ops": out}
 
@@ -240,7 +247,7 @@ class Graph:
             where = f"{source}: ops[{i}]"
             if not isinstance(d, dict):
                 raise GraphError(f"{where}: expected an object, got {type(d).__name__}")
-            unknown = set(d) - {"name", "kind", "time", "inputs", "channel", "bytes"}
+            unknown = set(d) - {"name", "kind", "time", "inputs", "channel", "bytes", "param"}
             if unknown:
                 raise GraphError(f"{where} ({short_repr(d.get('name'))}): unknown field(s) "
                                  f"{sorted(map(str, unknown))}")
@@ -274,8 +281,12 @@ class Graph:
             nbytes = d.get("bytes")
             if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int)):
                 raise GraphError(f"{where}: 'bytes' must be an integer, got {short_repr(nbytes)}")
+            param = d.get("param")
+            if param is not None and (not isinstance(param, str) or kind != RECV):
+                raise GraphError(f"{where}: 'param' is a recv's parameter name (a string), "
+                                 f"got {short_repr(param)}")
             ops.append(Op(name=name, kind=kind, inputs=tuple(inputs), time=time,
-                          channel=channel, bytes=nbytes))
+                          channel=channel, bytes=nbytes, param=param))
         try:
             return cls(ops)
         except GraphError as e:

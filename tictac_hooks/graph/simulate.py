@@ -2,7 +2,9 @@
 
 Resources: one compute resource for the worker; one channel per (worker, PS) pair,
 carrying one transfer at a time. Recvs are ready at the start of the iteration (the PS
-activates every send at once), so each channel sends its transfers back to back:
+activates every send at once), so each channel sends its transfers back to back
+(a recv with inputs, e.g. an embedding gather, is ready once they are done: its
+channel waits for it, in order, as the gate does):
 unlisted transfers first, in random order (they pass the rendezvous straight through),
 then the scheduled ones by priority, ties in random order. A compute op starts when
 its inputs are done and the compute resource is free; ready ops run first-come,
@@ -204,6 +206,9 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
     times = _times(graph)
     if schedule is not None:
         schedule.check_fits(graph)
+    if any(op.inputs for op in graph.recvs) and not (schedule is None and default == SHARED):
+        return _simulate_events(graph, times, channel_sequences(graph, schedule, seed),
+                                resources)
     ops = graph.ops
     index = {op.name: i for i, op in enumerate(ops)}
     consumers: list[list[int]] = [[] for _ in ops]
@@ -248,4 +253,77 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
     makespan = max(finish, default=0.0)
     return SimResult(makespan=makespan, bounds=bounds(graph),
                      recv_finish={ops[i].name: finish[i] for i in range(len(ops)) if ops[i].kind == RECV},
+                     finish={op.name: finish[i] for i, op in enumerate(ops)})
+
+
+def _simulate_events(graph: Graph, times: list[float], sequences: Mapping[str, list[int]],
+                     resources: Mapping[str, str] | None) -> SimResult:
+    """:func:`simulate` for graphs with recvs that have inputs, event by event: a
+    channel sends its sequence in order, each transfer once the channel is free and its
+    inputs are done (the gate holds the ones behind a transfer that is not ready); a
+    processor runs the ready compute op that became ready first."""
+    ops = graph.ops
+    index = {op.name: i for i, op in enumerate(ops)}
+    consumers: list[list[int]] = [[] for _ in ops]
+    waiting = [0] * len(ops)
+    for i, op in enumerate(ops):
+        for name in set(op.inputs):
+            consumers[index[name]].append(i)
+            waiting[i] += 1
+    finish = [0.0] * len(ops)
+    ready_at = [0.0] * len(ops)
+    events: list[tuple[float, int, int]] = []  # (finish time, tie-break, op)
+    tick = iter(range(1 << 62))
+    queued: dict[str, list[tuple[float, int]]] = {}  # processor -> ready compute ops
+    busy: set[str] = set()
+    position = {ch: 0 for ch in sequences}
+    sending: set[str] = set()
+
+    def where(i: int) -> str:
+        return resources.get(ops[i].name, "") if resources else ""
+
+    def start_channels(now: float) -> None:
+        for ch, seq in sequences.items():
+            if ch in sending or position[ch] >= len(seq):
+                continue
+            r = seq[position[ch]]
+            if waiting[r]:
+                continue  # its inputs are not done: the channel waits for it
+            position[ch] += 1
+            sending.add(ch)
+            finish[r] = max(now, ready_at[r]) + times[r]
+            heapq.heappush(events, (finish[r], next(tick), r))
+
+    def start_compute(now: float) -> None:
+        for proc, heap in queued.items():
+            if proc in busy or not heap:
+                continue
+            _, i = heapq.heappop(heap)
+            busy.add(proc)
+            finish[i] = now + times[i]
+            heapq.heappush(events, (finish[i], next(tick), i))
+
+    for i, op in enumerate(ops):
+        if op.kind != RECV and waiting[i] == 0:
+            heapq.heappush(queued.setdefault(where(i), []), (0.0, i))
+    now = 0.0
+    start_channels(now)
+    start_compute(now)
+    while events:
+        now, _, i = heapq.heappop(events)
+        if ops[i].kind == RECV:
+            sending.discard(ops[i].channel)  # type: ignore[arg-type]
+        else:
+            busy.discard(where(i))
+        for c in consumers[i]:
+            ready_at[c] = max(ready_at[c], now)
+            waiting[c] -= 1
+            if waiting[c] == 0 and ops[c].kind != RECV:
+                heapq.heappush(queued.setdefault(where(c), []), (ready_at[c], c))
+        start_channels(now)
+        start_compute(now)
+    makespan = max(finish, default=0.0)
+    return SimResult(makespan=makespan, bounds=bounds(graph),
+                     recv_finish={ops[i].name: finish[i] for i in range(len(ops))
+                                  if ops[i].kind == RECV},
                      finish={op.name: finish[i] for i, op in enumerate(ops)})

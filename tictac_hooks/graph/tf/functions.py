@@ -11,6 +11,7 @@ No TensorFlow is imported here: the functions work on the objects TensorFlow han
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Callable, Iterable, Mapping
 
 from tictac_hooks.graph.dag import COMPUTE, DEFAULT_CHANNEL, RECV, Graph, GraphError, Op
@@ -186,6 +187,7 @@ class _Builder:
         for node in nodes:
             full = prefix + node.name
             deps: list[str] = []
+            data_deps: list[str] = []
             remote_inputs = []
             for raw in node.inputs:
                 src, control = _input_node(raw)
@@ -195,6 +197,8 @@ class _Builder:
                 resolved = self._resolve(src, raw, prefix, arg_map, control)
                 if control:
                     self.control_edges.update((full, d) for d in resolved)
+                else:
+                    data_deps.extend(resolved)
                 deps.extend(resolved)
             deps = list(dict.fromkeys(deps))
             if node.name in remote:                        # a remote handle placeholder
@@ -203,13 +207,18 @@ class _Builder:
                 remote[node.name] = remote_inputs[0]
                 continue
             if remote_inputs and node.op in PARAMETER_READ_OPS:
+                # A read that takes worker data (a gather's ids) runs on the PS once
+                # that data came: a recv with inputs. Ordering (control) inputs are
+                # dropped: the PS keeps that ordering itself.
                 var = remote_inputs[0]
                 nbytes = (_variable_bytes(var) if node.op == "ReadVariableOp" else None)
-                self._add(Op(name=full, kind=RECV, channel=_channel(var),
-                             bytes=nbytes), node.op)
+                inputs = tuple(dict.fromkeys(data_deps))
+                self._add(Op(name=full, kind=RECV, inputs=inputs, channel=_channel(var),
+                             bytes=nbytes, param=_parameter_name(var.name)), node.op)
                 self.recv_variables[full] = var.name
-                if deps:
-                    self.dropped[full] = tuple(deps)
+                dropped = tuple(d for d in deps if d not in inputs)
+                if dropped:
+                    self.dropped[full] = dropped
                 continue
             if node.op in CALL_OPS and node.attr["f"].func.name in self.library:
                 self._inline(node, full, remote, prefix, arg_map)
@@ -323,8 +332,9 @@ class _Builder:
         ops = []
         for op in self.ops:
             if op.name in local:  # a PS op again: the ordering inputs it had come back
-                op = dataclasses.replace(op, kind=COMPUTE, channel=None, bytes=None,
-                                         inputs=self.dropped.pop(op.name, ()))
+                op = dataclasses.replace(
+                    op, kind=COMPUTE, channel=None, bytes=None, param=None,
+                    inputs=tuple(dict.fromkeys(op.inputs + self.dropped.pop(op.name, ()))))
                 self.recv_variables.pop(op.name, None)
             elif op.name in self.ps_side and any(i in recvs for i in op.inputs):
                 self.dropped[op.name] = tuple(i for i in op.inputs if i in recvs)
@@ -361,6 +371,13 @@ def _channel(var: Any) -> str:
     """The PS task of a variable; ``"ps:0"`` for a local one (offline analysis)."""
     task = task_of(getattr(var, "device", "") or "")
     return DEFAULT_CHANNEL if task is None or task.startswith("localhost:") else task
+
+
+def _parameter_name(variable_name: str) -> str:
+    """The parameter a variable holds: its name without ``:0`` and without the
+    ``/part_<k>`` of a shard (a ShardedVariable's shards are one parameter)."""
+    name = variable_name.split(":", 1)[0]
+    return re.sub(r"/part_\d+$", "", name)
 
 
 def _variable_bytes(var: Any) -> int | None:
