@@ -100,7 +100,8 @@ def step_spec(concrete: Any) -> StepSpec:
                                  f"be read here ({type(e).__name__})") from None
         else:
             raise GraphError(f"the step captures {name!r} ({internal.dtype.name}), which "
-                             "is not a variable: a replay cannot make it locally")
+                             "is not a variable (a lookup table?): the replay cannot make "
+                             "it locally; do lookups in the input pipeline for TAC")
     iterators, arguments = [], {}
     for t in graph.inputs:
         name = t.op.name
