@@ -97,7 +97,8 @@ def train(spec: dict) -> None:
     import warnings
     # tf_keras's PSS dataset path warns about tf.data options on every run; harmless.
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    logging.set_verbosity(logging.WARNING)  # TF's cluster set-up chatter
+    if not FLAGS["verbosity"].present:  # --verbosity=1: TicTac's details too
+        logging.set_verbosity(logging.WARNING)  # TF's cluster set-up chatter
     import tensorflow as tf
     import tf_keras as keras
 

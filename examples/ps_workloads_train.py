@@ -55,7 +55,8 @@ def train(spec: dict) -> None:
     import tempfile
     import warnings
     warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    logging.set_verbosity(logging.WARNING)
+    if not FLAGS["verbosity"].present:  # --verbosity=1: TicTac's details too
+        logging.set_verbosity(logging.WARNING)  # TF's cluster set-up chatter
     import tensorflow as tf
     import tf_keras as keras
 

@@ -11,6 +11,10 @@ TensorFlow 2.21.
   ``Model._cluster_coordinator``; ``join()`` on it waits for every scheduled step.
 * ``ParameterServerStrategy`` (V2) leaves the public ``cluster_resolver`` property None
   and keeps the resolver as ``strategy._cluster_resolver``.
+* tf_keras's compiled loss is tracked by a ``Mean`` metric named ``"loss"`` (the first
+  of ``Model.metrics``) that it updates once per step with ``sample_weight`` = the
+  batch's leading dimension: its ``count`` variable sums the examples of the epoch's
+  steps so far (reset at each epoch's start).
 * tf_keras refuses batch-level callbacks under ParameterServerStrategy unless the
   callback sets ``_supports_tf_logs = True`` (it then gets the logs as RemoteValues,
   unsynchronised); TicTac's callback reads no logs, it only counts steps.
@@ -71,6 +75,24 @@ def strategy_cluster_spec(strategy: Any) -> dict[str, Any]:
     return resolver.cluster_spec().as_dict()
 
 
+def examples_per_step(model: Any, steps: int) -> int | None:
+    """The batch size fit fed, from the loss metric's example count over the ``steps``
+    of the current epoch that ran (None where the model keeps no such metric: a custom
+    ``train_step``, Keras 3). Reads one variable; changes nothing."""
+    if steps < 1:
+        return None
+    for metric in getattr(model, "metrics", ()):
+        count = getattr(metric, "count", None)
+        if getattr(metric, "name", None) == "loss" and count is not None:
+            try:
+                examples = float(count.numpy())
+            except Exception:  # noqa: BLE001 - unreadable: no answer, not an error
+                return None
+            batch = round(examples / steps)
+            return batch if batch >= 1 else None
+    return None
+
+
 def allow_batch_hooks_under_pss(callback: Any) -> None:
     """Lets ``callback`` implement ``on_*_batch_end`` under ParameterServerStrategy."""
     callback._supports_tf_logs = True
@@ -82,3 +104,7 @@ def check_upstream(model: Any) -> None:
         raise KerasInternalsError("tf_keras Model has no 'train_function' any more")
     if not traced_step_functions(model.train_function):
         raise KerasInternalsError("fit's train function has no traced concrete function")
+    loss = [m for m in model.metrics if getattr(m, "name", None) == "loss"]
+    if not loss or getattr(loss[0], "count", None) is None:
+        raise KerasInternalsError("fit's loss metric ('loss', with its example 'count') is "
+                                  "gone: update examples_per_step")

@@ -469,3 +469,52 @@ def test_steps_per_execution_counts_training_steps_and_orders_every_iteration(
     assert worker["steps"] == epochs * steps_per_epoch  # dead exits and per-call not steps
     assert summary["order"]["scheduled_steps"] == summary["order"]["followed"]
     assert summary["order"]["scheduled_steps"] >= len(scheduled) - 1
+
+
+@pytest.mark.parametrize("adapter", ["keras", "loop"])
+def test_a_failed_compute_profile_turns_tac_off_in_one_line_and_training_goes_on(
+        adapter, gate, monkeypatch, caplog, capsys):
+    """algorithm="tac" whose profile fails: one warning line (no traceback), TIC from
+    the switch on, and the order check says it tries TIC only, and why."""
+    import logging
+    from tictac_hooks.callbacks import compute_profile
+    from tictac_hooks.callbacks.step_function import profile_for
+
+    def fails(*args, **kwargs):
+        raise compute_profile.ComputeProfileError(
+            "InvalidArgumentError: indices[10,0] = -1 is not in [0, 8)")
+    monkeypatch.setattr(compute_profile, "profile_step", fails)
+    graph = _dag()
+    settings = dict(algorithm="tac", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0)
+    frontend, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
+
+    def find_dag(*mode):
+        dag = StepDAG(graph, bandwidth=1e6)
+        dag.compute_times = profile_for(frontend.controller, None, dag, 32)
+        return dag
+    monkeypatch.setattr(frontend, "_find_dag", find_dag)
+    workers = Workers(gate, graph, seed=4)
+    plan = order_check.CheckPlan(ROUNDS, BLOCK, ("tic",))
+    with caplog.at_level(logging.INFO, logger="tictac"):
+        begin()
+        ran = []
+        for i in range(PROFILE_STEPS + plan.total_steps + 3):
+            workers.step()
+            ran.append(gate.records()[-1]["algorithm"])
+            step(i)
+        summary = end()
+    workers.close()
+    assert set(ran[PROFILE_STEPS:]) <= {"tic", None} and "tic" in ran, ran
+    assert frontend.controller.settings.algorithm == "tic"
+    assert summary["tac_off"].startswith("TAC needs measured compute times: no compute "
+                                         "profile (InvalidArgumentError: indices"), summary
+    assert set(summary["check"]["candidates"]) == {"tic"}
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.exc_info is None and warning.getMessage() == (
+        "TicTac: no compute profile (InvalidArgumentError: indices[10,0] = -1 is not in "
+        "[0, 8)); TAC is off for this run, TIC instead")
+    out = capsys.readouterr().out
+    assert "[tictac] the order check tries TIC only: TAC is off (TAC needs measured " \
+           "compute times: no compute profile (InvalidArgumentError" in out, out
+    assert "Traceback" not in out

@@ -211,6 +211,7 @@ def test_keras_internals_the_callback_relies_on_still_exist():
     model.compile("sgd", "mse")
     model.fit(np.zeros((4, 3)), np.zeros((4, 2)), epochs=1, verbose=0)
     keras_internals.check_upstream(model)
+    assert keras_internals.examples_per_step(model, 1) == 4  # one step of 4 examples
     (fn,) = keras_internals.traced_step_functions(model.train_function)[-1:]
     assert any(op.type == "ReadVariableOp" for op in fn.graph.get_operations())
 

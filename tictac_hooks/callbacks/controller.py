@@ -186,6 +186,9 @@ class Controller:
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
         self.not_ordered_reason: str | None = None  # why the switch left TF's order
+        # Why the frontend's compute profile failed (it said so in one warning line).
+        self.compute_profile_error: str | None = None
+        self.tac_off: str | None = None  # why TAC is off for this run, when it is
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
@@ -285,7 +288,14 @@ class Controller:
             return None
         late = set(late or ())
         t0 = _time.perf_counter()
-        parts = self._parts_for(algorithm, graphs, compute_times, served, late)
+        parts = None
+        if algorithm == "tac":
+            try:
+                parts = self._parts_for(algorithm, graphs, compute_times, served, late)
+            except TicTacSetupError as e:
+                algorithm = self._fall_back_to_tic(str(e))
+        if parts is None:
+            parts = self._parts_for(algorithm, graphs, compute_times, served, late)
         self._candidates = {algorithm: parts}
         self.schedule = _merged(parts)
         self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers computed in "
@@ -299,8 +309,8 @@ class Controller:
                 self._candidates[other] = self._parts_for(other, graphs, compute_times,
                                                           served, late)
             except (TicTacSetupError, ScheduleError) as e:
-                log.info("TicTac: the order check tries %s only (%s: %s)", algorithm.upper(),
-                         other.upper(), e)
+                self.say(f"the order check tries {algorithm.upper()} only: "
+                         f"{other.upper()} is off ({e})")
             self.check = order_check.CheckPlan(self.check.rounds, self.check.block_steps,
                                                tuple(self._candidates))
         self._want = self._decided = algorithm
@@ -339,6 +349,17 @@ class Controller:
                 log.debug("TicTac: clearing after a failed switch", exc_info=True)
         log.debug("TicTac: the switch failed", exc_info=error)
         self.say(f"TensorFlow's own transfer order kept, training goes on: {reason}")
+
+    def _fall_back_to_tic(self, reason: str) -> str:
+        """TAC cannot run (no compute profile, no transfer times): TIC for this run.
+        Said in one line, unless the failed profile already said it."""
+        self.tac_off = reason
+        self.settings = dataclasses.replace(self.settings, algorithm="tic")
+        if self.compute_profile_error is None:
+            self.say(f"TAC is off for this run ({reason}): TIC instead")
+        else:
+            log.info("TicTac: TAC is off for this run (%s): TIC instead", reason)
+        return "tic"
 
     def _parts_for(self, algorithm: str, graphs: Mapping[str, Graph],
                    compute_times: Mapping[str, float] | None, served: set[str],
@@ -512,7 +533,10 @@ class Controller:
 
     def _timed(self, graph: Graph, compute_times: Mapping[str, float] | None) -> Graph:
         if compute_times is None:
-            raise TicTacSetupError("TAC needs measured compute times; none were profiled")
+            raise TicTacSetupError(
+                "TAC needs measured compute times: " +
+                (f"no compute profile ({self.compute_profile_error})"
+                 if self.compute_profile_error else "none were profiled"))
         if not self._link_rate:
             raise TicTacSetupError(
                 "TAC needs transfer times: no transfer was recorded while profiling and "
@@ -569,6 +593,8 @@ class Controller:
         summary = self.steplog.summary()
         if self.not_ordered_reason:
             summary["not_ordered"] = self.not_ordered_reason
+        if self.tac_off:
+            summary["tac_off"] = self.tac_off
         if self.check_results:
             results = [{k: v for k, v in r.items() if k != "blocks"}
                        for r in self.check_results]

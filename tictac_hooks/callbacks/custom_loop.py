@@ -13,7 +13,7 @@ from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
-from tictac_hooks.callbacks.step_function import dag_of, traced_function
+from tictac_hooks.callbacks.step_function import dag_of, profile_for, traced_function
 
 POLL_EVERY_STEPS = 50  # read step records from the PSes every this many steps
 
@@ -36,9 +36,11 @@ class TicTacLoop:
       log_dir: TensorBoard summaries and transfer timeline (``--tictac_log_dir``, default
         None: nothing written).
       skip_timeout: the skip bound, seconds > 0 (``--tictac_skip_timeout``, default 2.0).
-      model: the Keras model, needed for TAC's compute profile (rebuilt from its config
-        in a child process) and for the per-step efficiency E; optional for TIC.
-      batch_size: per-worker batch size for that profile, >= 1 (default 32).
+      model: the Keras model (optional). Given, per-op compute times are measured for
+        the per-step efficiency E; TAC measures them anyway (the traced step function
+        itself, run in a child process on synthetic inputs).
+      batch_size: per-worker batch size of that profile's inputs where the step's
+        shapes leave it open, >= 1 (default 32).
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
       window_bytes: the proxy's look-ahead window, >= 0 (``--tictac_window_bytes``,
         default 1048576).
@@ -94,9 +96,6 @@ class TicTacLoop:
         if not isinstance(training, bool):
             raise ValueError(f"training must be True or False, got {training!r}")
         self.training = training
-        if self.settings.algorithm == "tac" and model is None:
-            raise TicTacSetupError("TAC needs the model (TicTacLoop(..., model=model)) to "
-                                   "measure compute times; or use algorithm='tic'")
         self.controller: Controller | None = None
         self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None
@@ -142,9 +141,7 @@ class TicTacLoop:
 
     def _find_dag(self) -> StepDAG:
         concrete = traced_function(self.step_function, "the step function")
-        compute_times = None
-        if self.model is not None:
-            from tictac_hooks.callbacks.compute_profile import compute_times_for
-            compute_times = compute_times_for(self.model, self.batch_size, training=True,
-                                              required=self.settings.algorithm == "tac")
-        return dag_of(concrete, compute_times, self.bandwidth)
+        dag = dag_of(concrete, None, self.bandwidth)
+        if self.model is not None or self.settings.algorithm == "tac":
+            dag.compute_times = profile_for(self.controller, concrete, dag, self.batch_size)
+        return dag

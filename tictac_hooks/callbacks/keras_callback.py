@@ -11,7 +11,7 @@ from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
                                                ps_addresses_from_cluster_spec)
 from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
-from tictac_hooks.callbacks.step_function import dag_of, traced_function
+from tictac_hooks.callbacks.step_function import dag_of, profile_for, traced_function
 
 log = logging.getLogger("tictac")
 
@@ -136,6 +136,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         # The last batch index fit reported per mode, in the current epoch: a call
         # that runs steps_per_execution steps reports its last step's index.
         self._last_batch: dict[str, int] = {}
+        self._batches = 0                            # steps of the current epoch so far
         # Batch-level hooks under ParameterServerStrategy (logs stay RemoteValues).
         from tictac_hooks.patches import keras_internals
         keras_internals.allow_batch_hooks_under_pss(self)
@@ -156,12 +157,14 @@ class TicTac(_callback_base()):  # type: ignore[misc]
             self._driver.epoch_end()
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batches = batch + 1  # steps of this epoch so far (the profile's batch size)
         self._step("train", batch)
 
     def on_train_end(self, logs: Any = None) -> None:
         self._end("train")
 
     def on_test_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batches = batch + 1
         self._step("test", batch)
 
     def on_predict_batch_end(self, batch: int, logs: Any = None) -> None:
@@ -233,32 +236,21 @@ class TicTac(_callback_base()):  # type: ignore[misc]
 
     def _find_dag(self, mode: str) -> StepDAG:
         """The DAG of the step function fit runs (traced by now), with the compute
-        profile when asked for or when TAC needs it."""
+        profile when asked for or when TAC needs it (compute_profile.py: the traced step
+        itself, run in a child process; a failure turns TAC off, never training)."""
         concrete = traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
                                    f"Keras's {mode} function")
-        algorithm = self.controller.settings.algorithm
-        compute_times = None
-        if self.measure_compute or algorithm == "tac":
-            from tictac_hooks.callbacks.compute_profile import compute_times_for
-            compute_times = compute_times_for(
-                self.model, _batch_size(concrete), training=mode == "train",
-                required=algorithm == "tac")
-        return dag_of(concrete, compute_times, self.bandwidth)
+        dag = dag_of(concrete, None, self.bandwidth)
+        if self.measure_compute or self.controller.settings.algorithm == "tac":
+            from tictac_hooks.patches import keras_internals
+            batch = keras_internals.examples_per_step(self.model, self._batches) \
+                if mode != "predict" else None
+            dag.compute_times = profile_for(self.controller, concrete, dag, batch)
+        return dag
 
 
 _MODE_FUNCTION = {"train": "train_function", "test": "test_function",
                   "predict": "predict_function"}
-
-
-def _batch_size(concrete: Any, default: int = 32) -> int:
-    """The per-worker batch size fit feeds: the leading dimension of the step's input."""
-    for op in concrete.graph.get_operations():
-        if op.type == "IteratorGetNextAsOptional" or op.type == "IteratorGetNext":
-            for out in op.outputs:
-                shape = out.shape
-                if shape.rank and shape[0] is not None:
-                    return int(shape[0])
-    return default
 
 
 def _join(model: Any) -> None:

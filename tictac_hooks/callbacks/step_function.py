@@ -1,13 +1,14 @@
 """The DAG of a traced ``tf.function`` step: Keras fit's train/test/predict function, or
-the step a custom ``ClusterCoordinator`` loop schedules. Shared by TicTac and
-TicTacLoop; TensorFlow is imported when called."""
+the step a custom ``ClusterCoordinator`` loop schedules, and its compute profile.
+Shared by TicTac and TicTacLoop; TensorFlow is imported when called."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
-from tictac_hooks.callbacks.controller import TicTacSetupError
+from tictac_hooks.callbacks.controller import Controller, TicTacSetupError
 from tictac_hooks.callbacks.frontend import StepDAG
+from tictac_hooks.graph.dag import Graph
 
 
 def traced_function(step_function: Any, what: str) -> Any:
@@ -28,3 +29,22 @@ def dag_of(concrete: Any, compute_times: Mapping[str, float] | None = None,
     extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
     return StepDAG(extraction.graph, compute_times, late=frozenset(extraction.dropped_inputs),
                    bandwidth=bandwidth)
+
+
+def profile_for(controller: Controller, concrete: Any, dag: StepDAG,
+                batch_size: int | None) -> dict[str, float] | None:
+    """Per-op compute times of the traced step ``concrete``, keyed by ``dag``'s op
+    names (compute_profile.py). None when the profile fails: one warning line, TAC is
+    off for this run (the controller is told why), training goes on."""
+    from tictac_hooks.callbacks.compute_profile import compute_times_for
+    graph = dag.graphs if isinstance(dag.graphs, Graph) else next(iter(dag.graphs.values()))
+    profile, reason = compute_times_for(concrete, [op.name for op in graph.compute_ops],
+                                        batch_size, controller.settings.algorithm)
+    if profile is None:
+        controller.compute_profile_error = reason
+        return None
+    controller.say(f"compute profile: {len(profile.times)} ops, "
+                   f"{sum(profile.times.values()) * 1e3:.1f} ms per step at batch "
+                   f"{profile.batch_size} ({profile.coverage:.0%} of the profiled op time "
+                   f"matched), measured in {profile.seconds:.1f} s in a child process")
+    return profile.times

@@ -18,6 +18,8 @@ whose ``graph`` is the :class:`~tictac_hooks.graph.dag.Graph` the framework-free
   ``ConcreteFunction``, reads of PS variables as recvs.
 * :mod:`tictac_hooks.graph.tf.keras_models` -- a tf_keras or Keras 3 model's train (or
   predict) step, traced and extracted.
+* :mod:`tictac_hooks.graph.tf.replay` -- a traced step's GraphDef made standalone
+  (local variables, fed inputs) so the profiler can run the step that trains.
 * :mod:`tictac_hooks.graph.tf.profiler` -- times from TensorFlow's measurements:
   graph-mode ``step_stats`` (compute times, RecvTensor transfer records) and the TF2
   profiler (per-op compute times of a ``tf.function``).
