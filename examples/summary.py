@@ -19,6 +19,10 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     print(f"\nTicTac ({c.settings.algorithm}{kept}): switched after "
           f"{c.settings.profile_steps} steps; "
           f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
+    if c.coverage is not None:
+        print(f"  the order lists {c.coverage.phrase()}")
+    if summary.get("not_ordered"):
+        print(f"  not ordered: {summary['not_ordered']}")
     order = summary.get("order", {})
     if order.get("scheduled_steps"):
         print(f"  scheduled steps following the order: {order.get('followed', 0)} of "

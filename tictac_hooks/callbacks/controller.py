@@ -16,7 +16,7 @@ import sys
 from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks import flags as tictac_flags
-from tictac_hooks.callbacks import order_check
+from tictac_hooks.callbacks import coverage, order_check
 from tictac_hooks.callbacks.steplog import StepLog
 from tictac_hooks.callbacks.tensorboard import StepTimeWriter
 from tictac_hooks.graph.simulate import efficiency
@@ -186,6 +186,7 @@ class Controller:
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
         self.not_ordered_reason: str | None = None  # why the switch left TF's order
+        self.coverage: "coverage.Coverage | None" = None  # of the order, at the switch
         # Why the frontend's compute profile failed (it said so in one warning line).
         self.compute_profile_error: str | None = None
         self.tac_off: str | None = None  # why TAC is off for this run, when it is
@@ -298,9 +299,15 @@ class Controller:
             parts = self._parts_for(algorithm, graphs, compute_times, served, late)
         self._candidates = {algorithm: parts}
         self.schedule = _merged(parts)
-        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers computed in "
+        self.coverage = coverage.measure(self.steplog.profiled_records(),
+                                         set(self.schedule.order))
+        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers "
+                 f"({self.coverage.phrase()}) computed in "
                  f"{(_time.perf_counter() - t0) * 1e3:.0f} ms "
                  f"({len(parts)} worker DAG{'s' if len(parts) > 1 else ''})")
+        short = coverage.warning(self.coverage, self._why_unlisted(graphs, late))
+        if short:
+            log.warning("TicTac: %s", short)
         if self.check is not None:
             # The check also tries the other algorithm where it can be computed (TAC
             # needs measured compute times and transfer sizes).
@@ -320,7 +327,8 @@ class Controller:
         self.steplog.switched_at = _time.time()
         self.mark_pause(pause_start, _time.time())
         if self._writer:
-            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses))
+            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses),
+                                  self.coverage.phrase(), self.coverage.bytes_share)
         if self.check is not None:
             self._check_n = 0
             names = " and ".join(c.upper() for c in self._candidates)
@@ -330,6 +338,23 @@ class Controller:
                      + (f", again every {self.settings.recheck_every} steps"
                         if self.settings.recheck_every else ""))
         return self.schedule
+
+    @staticmethod
+    def _why_unlisted(graphs: Mapping[str, Graph], late: set[str]) -> "Callable[[str], str]":
+        """Why a served transfer is not in the order, in words, by its name."""
+        reads = {canonical_transfer_name(op.name) for g in graphs.values() for op in g.recvs}
+        after_write = {canonical_transfer_name(n) for n in late}
+
+        def why(name: str) -> str:
+            key = canonical_transfer_name(name)
+            if key in after_write:
+                return ("a read ordered after work of the same step (e.g. after a "
+                        "variable's update), so it cannot be served at the step's start")
+            if key in reads:
+                return "a read of the traced step that the PSes did not serve while profiling"
+            return ("not a parameter read of the traced step (a control edge, a loop's "
+                    "bookkeeping, or a value computed on the PS)")
+        return why
 
     def not_ordered(self, error: BaseException) -> None:
         """The switch failed: one line saying why, TensorFlow's order stays on every PS
@@ -593,6 +618,12 @@ class Controller:
         summary = self.steplog.summary()
         if self.not_ordered_reason:
             summary["not_ordered"] = self.not_ordered_reason
+        if self.coverage is not None:
+            summary["coverage"] = self.coverage.to_json()
+        if self.schedule is not None:  # the order of the last install, as installed
+            summary["schedule"] = {"algorithm": self.schedule.algorithm,
+                                   "order": list(self.schedule.order),
+                                   "priority": dict(self.schedule.priority)}
         if self.tac_off:
             summary["tac_off"] = self.tac_off
         if self.check_results:

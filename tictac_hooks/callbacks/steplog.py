@@ -117,6 +117,11 @@ class StepLog:
                     rate = rec.bytes / (rec.end - rec.start)
                     self.best_link_rate = max(self.best_link_rate or 0.0, rate)
 
+    def profiled_records(self) -> list[GateStep]:
+        """The latest records of steps in TensorFlow's order (up to a bound), per PS,
+        step and worker: what the PSes serve unordered."""
+        return list(self._profiled.values())
+
     def transfer_bytes(self) -> dict[str, float]:
         """Transfer name -> the median bytes the PSes served it with in the latest
         unscheduled steps; each edge of a tensor sent over two edges under its own name

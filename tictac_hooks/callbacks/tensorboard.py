@@ -76,6 +76,7 @@ class StepTimeWriter:
         self._described: set[tuple[str, str]] = set()
         self._plain_metadata: Any = None
         self._switch_note: str | None = None
+        self._coverage: float | None = None
         self._noted: set[str] = set()  # workers whose switch step got its note
         self._last_step: dict[str, int] = {}
 
@@ -126,16 +127,23 @@ class StepTimeWriter:
             if r.phase == SCHEDULED and run not in self._noted and self._switch_note:
                 self._noted.add(run)
                 self.text("tictac/switch", self._switch_note, run=run, step=r.step)
+                if self._coverage is not None:
+                    self._scalars(run, r.step, r.start,
+                                  {"tictac/order_coverage_bytes": self._coverage})
             self._last_step[run] = r.step
             n += 1
         self.flush()
         return n
 
-    def switched(self, algorithm: str, transfers: int, num_ps: int) -> None:
+    def switched(self, algorithm: str, transfers: int, num_ps: int,
+                 coverage: str | None = None, coverage_bytes: float | None = None) -> None:
         """Remembers the switch: each worker's run gets the note at its first scheduled
-        step."""
+        step, and ``tictac/order_coverage_bytes`` (the share of the bytes the PSes
+        served that the order lists) there."""
         self._switch_note = (f"TicTac's {algorithm.upper()} order ({transfers} transfers, "
-                             f"{num_ps} PS) from this step on")
+                             f"{num_ps} PS{'; ' + coverage if coverage else ''}) "
+                             "from this step on")
+        self._coverage = coverage_bytes
 
     def choice(self, result: dict[str, Any]) -> None:
         """The order check's decision: tictac/choice and a text note in every worker's
