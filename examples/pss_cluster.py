@@ -73,15 +73,18 @@ def link_bandwidth() -> float | None:
 
 def _coordinate(cluster: Any, host: str | None, link_bytes_per_s: int | None = None) -> int:
     """Runs this program again as the coordinator against ``cluster``; returns its exit
-    code. If a cluster task dies, the coordinator is stopped within
-    DEAD_TASK_GRACE_S, with one line naming the task (LocalCluster.run_clients)."""
+    code. If a PS dies, or every worker, the coordinator is stopped within
+    DEAD_TASK_GRACE_S, with one line naming the task (LocalCluster.run_clients); a
+    worker's death alone it survives, as ParameterServerStrategy does."""
     from tictac_hooks.cluster.launcher import ClusterError
     argv = [sys.executable, os.path.abspath(sys.argv[0]), *sys.argv[1:],
             f"--cluster_spec={json.dumps(cluster.spec)}"]
     if link_bytes_per_s:
         argv.append(f"--link_bytes_per_s={link_bytes_per_s}")
     try:
-        (code,) = cluster.run_clients([argv], host=host, dead_task_grace_s=DEAD_TASK_GRACE_S)
+        # ParameterServerStrategy trains on without a dead worker (not without a PS).
+        (code,) = cluster.run_clients([argv], host=host, dead_task_grace_s=DEAD_TASK_GRACE_S,
+                                      workers_may_die=True)
     except ClusterError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 1

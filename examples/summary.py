@@ -23,6 +23,22 @@ def print_summary(tictac: Any, log_dir: str) -> None:
         print(f"  the order lists {c.coverage.phrase()}")
     if summary.get("not_ordered"):
         print(f"  not ordered: {summary['not_ordered']}")
+    records = summary.get("records") or {}
+    if "worker_steps" in records:
+        line = (f"  worker steps recorded: {records['worker_steps']} of "
+                f"{records['dispatched']} dispatched (step records read "
+                f"{records['read']}, dropped {records['dropped']}; steps missing "
+                f"{records['missing']}")
+        if records.get("unfinished"):
+            line += f", unfinished on a lost worker {records['unfinished']}"
+        print(line + ")")
+    hook = summary.get("hook") or {}
+    if hook.get("steps"):
+        print(f"  TicTac's cost per step on the training loop's thread: median "
+              f"{hook['median_ms']:.3f} ms, worst {hook['worst_ms']:.2f} ms over "
+              f"{hook['steps']} steps"
+              + (f"; the switch {hook['switch_worst_ms']:.0f} ms"
+                 if "switch_worst_ms" in hook else ""))
     order = summary.get("order", {})
     if order.get("scheduled_steps"):
         print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
@@ -34,6 +50,12 @@ def print_summary(tictac: Any, log_dir: str) -> None:
         after = s.get("scheduled_median_step_time")
         from tictac_hooks.callbacks.tensorboard import worker_run_name
         line = f"  {worker_run_name(worker)}: {s['steps']} steps"
+        if s.get("missing"):
+            line += f" ({s['missing']} more not recorded)"
+        if s.get("lost"):
+            import time
+            line += (f", lost at {time.strftime('%H:%M:%S', time.localtime(s['lost']['detected']))}"
+                     f" with {s.get('unfinished', 0)} step unfinished")
         if before:
             line += f"; median step time before {before * 1e3:.1f} ms"
         if after:

@@ -50,6 +50,7 @@ class Workers:
 
     def __init__(self, gate: Gate, graph: Graph, seed: int = 0) -> None:
         self.gate, self.names = gate, [op.name for op in graph.recvs]
+        self.worker = WORKER
         self.sizes = {op.name: op.bytes for op in graph.recvs}
         # A recv named by its edge (edge_<n>_<node>) arrives as TensorFlow sends it:
         # under the sending node's name, with the full tensor name beside it.
@@ -59,13 +60,16 @@ class Workers:
         self.ids = itertools.count(1000)
         self.loop = asyncio.new_event_loop()
 
-    def step(self) -> None:
+    def step(self, worker: str | None = None) -> None:
+        """One step of ``worker`` (default: WORKER), holding the gate's lock as a PS's
+        event loop would (TicTac reads records on a thread of its own)."""
+        worker = worker or self.worker
         step_id = next(self.ids)
         order = self.names[:]
         self.rng.shuffle(order)
 
         async def one(name: str) -> None:
-            ticket = self.gate.arrive(step_id, WORKER, *self.keys[name])
+            ticket = self.gate.arrive(step_id, worker, *self.keys[name])
             turn = self.gate.request(ticket)
             if turn is not None:
                 await turn
@@ -75,7 +79,8 @@ class Workers:
 
         async def all_of_them() -> None:
             await asyncio.gather(*(one(n) for n in order))
-        self.loop.run_until_complete(all_of_them())
+        with inprocess.gate_lock(PS):
+            self.loop.run_until_complete(all_of_them())
 
     def close(self) -> None:
         self.loop.close()
@@ -134,9 +139,6 @@ def _hook(settings: dict, dag: StepDAG, monkeypatch):
 JOINS: list[int] = []  # one entry per coordinator join the keras and loop adapters make
 
 ADAPTERS = {"keras": _keras, "loop": _loop, "hook": _hook}
-# Polls each frontend makes on its own cadence: Keras every epoch (5 steps here), the
-# hook every poll_every = 5 steps, the loop every 50 steps.
-CADENCE = {"keras": 5, "hook": 5, "loop": 50}
 
 
 @pytest.fixture
@@ -212,11 +214,14 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
     if adapter != "hook":
         assert len(JOINS) == 1 + (2 * ROUNDS - 1) + 1 + 1, (adapter, len(JOINS))
 
-    # Polls: the frontend's cadence, plus the switch, the check's end and the finish
-    # (and the finish's transfer timeline, written to log_dir).
-    cadence = sum(1 for i in range(1, total + 1)
-                  if i % CADENCE[adapter] == 0 and i != PROFILE_STEPS)
-    assert calls["stats"] == cadence + 3 + 1, (adapter, calls)
+    # Reads: the cursor's start, the switch, the check's end and the finish (and the
+    # finish's transfer timeline, written to log_dir) on the loop's thread; the reading
+    # thread's own, woken by the steps dispatched and by time, beside them.
+    assert calls["stats"] >= 1 + 3 + 1, (adapter, calls)
+    records = summary["records"]
+    assert records["dispatched"] == total and records["worker_steps"] == total, records
+    assert records["dropped"] == 0 and records["missing"] == 0, records
+    assert summary["hook"]["steps"] + summary["hook"].get("check_steps", 0) + 1 == total
 
     # The summary and the logs: the worker's steps in both orders, the pause of the
     # switch kept out of the medians, the decision with its rule.
@@ -518,3 +523,127 @@ def test_a_failed_compute_profile_turns_tac_off_in_one_line_and_training_goes_on
     assert "[tictac] the order check tries TIC only: TAC is off (TAC needs measured " \
            "compute times: no compute profile (InvalidArgumentError" in out, out
     assert "Traceback" not in out
+
+
+# -- records: the cursor, gaps, lost workers -------------------------------------------
+
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def test_the_cursor_reads_each_record_once_and_reports_what_the_history_dropped():
+    from tictac_hooks.enforce.cursor import RecordCursor
+
+    gate = Gate(window_bytes=0, max_active_steps=1, history=8)
+    with inprocess.serve_in_process(PS, gate):
+        workers = Workers(gate, _dag())
+        workers.step()
+        workers.step()                      # an earlier run's step finished (seq 1)
+        cursor = RecordCursor([PS])
+        cursor.start()
+        for _ in range(5):
+            workers.step()
+        first = cursor.read()               # one step at a time: each finishes the last
+        assert first.dropped == {PS: 0}
+        assert [r.seq for r in first.steps] == [2, 3, 4, 5, 6]
+        for _ in range(20):                 # 20 more finish, 8 are held
+            workers.step()
+        second = cursor.read(include_active=True)
+        finished = [r for r in second.steps if r.seq]
+        assert second.dropped == {PS: 12} and len(finished) == 8
+        assert [r.worker_seq for r in finished] == list(range(19, 27))
+        assert cursor.read().steps == []    # each record once
+        assert (cursor.read_records[PS], cursor.dropped[PS]) == (13, 12)
+        cursor.close()
+        workers.close()
+
+
+def _drive(cb, gate, steps, worker_of=lambda i: WORKER, epoch=None):
+    """Runs the Keras callback's hooks over ``steps`` steps, each on ``worker_of(i)``."""
+    workers = Workers(gate, _dag())
+    cb.on_train_begin()
+    for i in range(steps):
+        workers.step(worker_of(i))
+        cb.on_train_batch_end(i)
+        if epoch and (i + 1) % epoch == 0:
+            cb.on_epoch_end(i // epoch)
+    cb.on_train_end()
+    workers.close()
+    return cb.summary
+
+
+def _callback(monkeypatch, **settings):
+    from tictac_hooks import TicTac
+    cb = TicTac(measure_compute=False, algorithm="tic", check_rounds=0, window_bytes=0,
+                **settings)
+    monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(cb, "_find_dag", lambda mode: StepDAG(_dag()))
+    monkeypatch.setattr(cb, "_join", lambda: None)
+    return cb
+
+
+def test_a_long_epoch_loses_no_step(monkeypatch, tmp_path):
+    """600 steps in one epoch at a gate that keeps 256 records: read on the reading
+    thread as steps are dispatched, every step is recorded and none is dropped."""
+    gate = Gate(skip_after_s=5.0, window_bytes=0)
+    with inprocess.serve_in_process(PS, gate):
+        cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS, log_dir=str(tmp_path))
+        summary = _drive(cb, gate, 600, worker_of=lambda i: (WORKER, W1)[i % 2])
+    records = summary["records"]
+    assert records["dropped"] == 0 and records["missing"] == 0, records
+    assert records["worker_steps"] == records["dispatched"] == 600, records
+    assert all(w["steps"] == 300 for w in summary["workers"].values()), summary["workers"]
+    from tictac_hooks.callbacks.tensorboard import read_scalars
+    scalars = read_scalars(str(tmp_path))
+    for run in ("worker_0", "worker_1"):
+        assert [s for s, _ in sorted(scalars[run]["tictac/phase"])] == list(range(300))
+
+
+def test_lost_records_are_gaps_not_steps_and_the_steps_keep_their_numbers(monkeypatch,
+                                                                            tmp_path):
+    """A gate that keeps only 4 records, read every 20 steps: most records are lost.
+    The summary says how many; no interval across a gap becomes a step time, and every
+    step written keeps its own number."""
+    gate = Gate(skip_after_s=5.0, window_bytes=0, max_active_steps=1, history=4)
+    with inprocess.serve_in_process(PS, gate):
+        from tictac_hooks import TicTac
+        monkeypatch.setattr("tictac_hooks.callbacks.controller.READ_EVERY_S", 3600.0)
+        monkeypatch.setattr("tictac_hooks.callbacks.controller.READ_EVERY_STEPS", 20)
+        monkeypatch.setattr("tictac_hooks.callbacks.controller.GATE_HISTORY", 80)
+        cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS, log_dir=str(tmp_path))
+        summary = _drive(cb, gate, 100)
+    records = summary["records"]
+    worker = summary["workers"][WORKER]
+    assert records["dropped"] > 0 and worker["missing"] > 0, records
+    # Every dispatched step is either recorded or missing (counted in a gap).
+    assert worker["steps"] + worker["missing"] == 100, worker
+    assert worker["excluded"].get("before_gap", 0) > 0, worker
+    from tictac_hooks.callbacks.tensorboard import read_scalars
+    scalars = read_scalars(str(tmp_path))
+    numbers = sorted(s for s, _ in scalars["worker_0"]["tictac/phase"])
+    assert numbers[-1] == 99 and len(numbers) == worker["steps"], numbers
+    times = [v for r in ("tensorflow_order", "tictac_order")
+             for _, v in scalars.get(r, {}).get("tictac/step_time/worker_0", [])]
+    assert times and max(times) < 1.0, times  # in-process steps take milliseconds
+
+
+def test_a_worker_that_stops_is_reported_once_and_its_last_step_is_unfinished(
+        monkeypatch, capsys):
+    gate = Gate(skip_after_s=5.0, window_bytes=0)
+    with inprocess.serve_in_process(PS, gate):
+        cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS)
+        # Both workers by turns for 40 steps, then worker 1 is gone: worker 0 runs its
+        # last closure again and 99 more.
+        summary = _drive(cb, gate, 140, worker_of=lambda i: W1 if i < 40 and i % 2 else
+                         WORKER)
+    out = capsys.readouterr().out
+    lost_lines = [line for line in out.splitlines() if " lost: " in line]
+    assert len(lost_lines) == 1 and "worker_1" in lost_lines[0], out
+    w1 = summary["workers"][W1]
+    assert w1["lost"]["detected"] > w1["lost"]["last_step_start"], w1
+    assert w1["unfinished"] == 1 and w1["steps"] == 19, w1
+    assert summary["workers"][WORKER]["steps"] == 120
+    # The counts add up: 140 dispatched = 139 steps that finished + 1 unfinished (its
+    # closure ran again on worker 0, where it counts once).
+    records = summary["records"]
+    assert records["worker_steps"] + records["unfinished"] == records["dispatched"] == 140
+    assert summary["order"]["scheduled_steps"] <= 139 - PROFILE_STEPS + 1

@@ -23,8 +23,15 @@ EXAMPLE = os.path.join(ROOT, "examples", "keras_ps_train.py")
 QUICK = ("--network=loopback", "--model=cnn", "--batch_size=32")
 
 
+def _env() -> dict:
+    """The example runs this tree's package (the virtualenv's editable install may
+    point at another checkout)."""
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path)
+
+
 def run_example(*args, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env = _env()
     return subprocess.run([sys.executable, EXAMPLE, *QUICK, *args], capture_output=True,
                           text=True, timeout=timeout, cwd=ROOT, env=env)
 
@@ -393,3 +400,97 @@ def test_an_example_rejects_a_count_flag_below_its_bound_before_any_tensorflow_w
             or f"Flags parsing error: flag {flag}: {value} is not a non-negative integer"
             in out.stderr), out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def _step_times(log_dir: str) -> dict[str, list[float]]:
+    from tictac_hooks.callbacks.tensorboard import read_scalars
+    scalars = read_scalars(log_dir)
+    return {run: [v for r in ("tensorflow_order", "tictac_order")
+                  for _, v in scalars.get(r, {}).get(f"tictac/step_time/{run}", [])]
+            for run in ("worker_0", "worker_1")}
+
+
+@pytest.mark.cluster
+def test_long_epochs_lose_no_step_record(tmp_path):
+    """1,200 steps at 600 per epoch: more than a gate's history between two epoch ends.
+    Every dispatched step is recorded, none is dropped, no interval across lost records
+    becomes a step time, and TensorBoard has the summary's steps."""
+    # The issue's run: the example's own model (the MLP, steps of about 0.15 s here);
+    # the quick CNN's 40 ms steps are too short for a 5x bound on a shared machine.
+    out = run_example("--model=mlp", "--batch_size=256",
+                      "--steps=1200", "--steps_per_epoch=600", "--tictac_check_rounds=0",
+                      f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}",
+                      timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    quiet(out.stderr)
+    summary = json.loads((tmp_path / "s.json").read_text())
+    records = summary["records"]
+    print(f"\n{records}\nhook: {summary['hook']}")
+    assert records["dispatched"] == 1200 and records["worker_steps"] == 1200, records
+    assert records["dropped"] == 0 and records["missing"] == 0, records
+    assert "worker steps recorded: 1200 of 1200 dispatched" in out.stdout, out.stdout
+    from tictac_hooks.callbacks.tensorboard import read_scalars
+    scalars = read_scalars(str(tmp_path / "tb"))
+    times = _step_times(str(tmp_path / "tb"))
+    for worker, s in summary["workers"].items():
+        run = "worker_" + worker.split("/task:")[1].split("/")[0]
+        assert len(scalars[run]["tictac/phase"]) == s["steps"], (run, s)
+        median = float(np.median(times[run]))
+        assert max(times[run]) <= 5 * median, (run, median, sorted(times[run])[-5:])
+        # every step but the first, the last and those holding TicTac's pause
+        assert len(times[run]) >= s["steps"] - sum(s["excluded"].values()), (run, s)
+
+
+def _processes(parent: int) -> dict[int, str]:
+    from tests.test_examples_faults import children
+    return children(parent)
+
+
+@pytest.mark.cluster
+def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tmp_path):
+    import signal
+    import threading
+    import time
+    env = _env()
+    proc = subprocess.Popen([sys.executable, EXAMPLE, *QUICK, "--steps=600",
+                             "--steps_per_epoch=600", "--tictac_check_rounds=0",
+                             f"--summary_json={tmp_path / 's.json'}",
+                             f"--log_dir={tmp_path / 'tb'}"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 200
+        while not any("[tictac] installed" in line for line in lines):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("".join(lines) + proc.stderr.read()[-3000:])
+            time.sleep(0.2)
+        time.sleep(2)
+        victims = [p for p, c in _processes(proc.pid).items()
+                   if "--job worker" in c and "--task-index 1" in c]
+        assert victims, _processes(proc.pid)
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=400)
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    out = "".join(lines)
+    err = proc.stderr.read()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    lost = [line for line in out.splitlines() if " lost: " in line]
+    assert len(lost) == 1 and lost[0].startswith("[tictac] worker_1 "), out
+    summary = json.loads((tmp_path / "s.json").read_text())
+    records = summary["records"]
+    print(f"\n{lost[0]}\n{records}")
+    w1 = next(s for w, s in summary["workers"].items() if "/task:1/" in w)
+    assert w1["unfinished"] == 1 and w1["lost"]["reason"].startswith("its task at"), w1
+    assert records["worker_steps"] + records["unfinished"] + records["missing"] \
+        == records["dispatched"] == 600, records
+    order = summary["order"]
+    assert order["followed"] <= order["scheduled_steps"] <= records["worker_steps"]

@@ -126,6 +126,12 @@ class GateStep:
     ps: str = ""                   # the PS's address (set by the client that read it)
     iteration: int = 0             # loop iteration within the step id
     frame: int = 0                 # loop frame id (0: not in a loop)
+    # Where the record stands in its gate's history: ``seq``, the order in which the
+    # gate's records finished (from 1; 0: still active), and ``worker_seq``, the same
+    # count per destination (0: unknown). Two records of one worker at one PS with
+    # consecutive worker_seq have nothing lost between them.
+    seq: int = 0
+    worker_seq: int = 0
 
     @property
     def scheduled(self) -> bool:
@@ -153,6 +159,10 @@ class GateStep:
             out["ps"] = self.ps
         if self.frame or self.iteration:
             out["frame"], out["iteration"] = self.frame, self.iteration
+        if self.seq:
+            out["seq"] = self.seq
+        if self.worker_seq:
+            out["worker_seq"] = self.worker_seq
         return out
 
     @classmethod
@@ -167,7 +177,8 @@ class GateStep:
                    tuple(SkipRecord.from_json(s) for s in f("skipped")), int(f("skips")),
                    int(f("violations")), int(f("reordered")), tuple(f("unlisted")),
                    ps if ps is not None else str(d.get("ps", "")),
-                   int(d.get("iteration", 0)), int(d.get("frame", 0)))
+                   int(d.get("iteration", 0)), int(d.get("frame", 0)),
+                   int(d.get("seq", 0)), int(d.get("worker_seq", 0)))
 
 
 def served_sizes(record: GateStep) -> dict[str, int]:

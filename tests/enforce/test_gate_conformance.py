@@ -34,12 +34,13 @@ class PythonDriver:
 
     name = "python"
 
-    def __init__(self, max_active_steps: int = 64) -> None:
+    def __init__(self, max_active_steps: int = 64, history: int = 256) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         self.gate = self._on_loop(lambda: Gate(skip_after_s=SKIP_S, window_bytes=0,
-                                               max_active_steps=max_active_steps))
+                                               max_active_steps=max_active_steps,
+                                               history=history))
         self.tickets: dict[str, object] = {}
         self.released: set[str] = set()
         self.ready_: dict[str, tuple[int, str]] = {}
@@ -98,6 +99,9 @@ class PythonDriver:
     def records(self) -> list[dict]:
         return self._on_loop(self.gate.records)
 
+    def read(self, since: int, active: bool) -> dict:
+        return self._on_loop(lambda: self.gate.read(since, active))
+
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
@@ -108,10 +112,11 @@ class NativeDriver:
 
     name = "native"
 
-    def __init__(self, path: str, max_active_steps: int = 64) -> None:
+    def __init__(self, path: str, max_active_steps: int = 64, history: int = 256) -> None:
         from tictac_hooks.enforce.native.cgate import CGate
 
-        self.gate = CGate.alone(path, skip_after_s=SKIP_S, max_active_steps=max_active_steps)
+        self.gate = CGate.alone(path, skip_after_s=SKIP_S, max_active_steps=max_active_steps,
+                                history=history)
         self.ids: dict[str, int] = {}
         self.handed: list[str] = []
         self._lock = threading.Lock()
@@ -136,6 +141,11 @@ class NativeDriver:
 
     def records(self) -> list[dict]:
         return self.gate.control("stats", "active")["steps"]
+
+    def read(self, since: int, active: bool) -> dict:
+        reply = self.gate.control("stats", f"{'active' if active else 'finished'} "
+                                           f"since={since}")
+        return {k: reply[k] for k in ("since", "last_seq", "dropped", "steps")}
 
     def close(self) -> None:
         self.gate.close()
@@ -433,5 +443,58 @@ def test_native_gate_rejects_malformed_schedules(gate_library):
         with pytest.raises(ScheduleError, match="unknown control verb"):
             g.control("nope")
         assert g.control("install", "order\na\t0\n")["version"] == 1
+    finally:
+        g.close()
+
+
+def test_a_cursor_reads_each_record_once_and_counts_what_the_history_dropped(gate_library):
+    """Records are numbered as they finish (seq gate-wide, worker_seq per destination);
+    a read after record ``since`` gets the later ones and the number the history bound
+    let go, the same on both gates."""
+    def steps(d, first, last):
+        for step in range(first, last + 1):  # workers 0 and 1 by turns, one transfer
+            d.arrive(f"t{step}", step, key("a", W0 if step % 2 else W1))
+            d.ready(f"t{step}")
+
+    def seqs(read):
+        return [(r["step_id"], r.get("seq", 0), r.get("worker_seq", 0)) for r in read["steps"]]
+
+    results = {}
+    for driver in (PythonDriver(max_active_steps=1, history=4),
+                   NativeDriver(gate_library, 1, history=4)):
+        try:
+            # One active step at a time: each step finishes the one before it.
+            steps(driver, 1, 10)
+            first = driver.read(0, active=False)  # steps 1-9 finished; 4 held
+            assert (first["last_seq"], first["dropped"]) == (9, 5), (driver.name, first)
+            # W0 ran steps 1, 3, 5, 7, 9 (worker_seq 1-5), W1 steps 2, 4, 6, 8 (1-4).
+            assert seqs(first) == [(6, 6, 3), (7, 7, 4), (8, 8, 4), (9, 9, 5)], driver.name
+            steps(driver, 11, 12)
+            second = driver.read(first["last_seq"], active=True)
+            assert (second["last_seq"], second["dropped"]) == (11, 0), (driver.name, second)
+            # Finished 10 and 11; step 12 is active: no seq yet, the worker_seq it will
+            # finish with.
+            assert seqs(second) == [(10, 10, 5), (11, 11, 6), (12, 0, 6)], driver.name
+            late = driver.read(2, active=False)  # a reader that fell behind
+            assert late["dropped"] == 5 and [r["seq"] for r in late["steps"]] == [8, 9, 10, 11]
+            assert driver.read(11, active=False)["steps"] == []
+            results[driver.name] = (first, second, late)
+        finally:
+            driver.close()
+    same = {name: [(r["last_seq"], r["dropped"], seqs(r)) for r in reads]
+            for name, reads in results.items()}
+    assert same["native"] == same["python"]
+
+
+def test_native_stats_refuses_a_bad_cursor(gate_library):
+    from tictac_hooks.enforce.native.cgate import CGate
+    from tictac_hooks.graph.schedule import ScheduleError
+
+    g = CGate.alone(gate_library)
+    try:
+        for arg in ("finished since=-1", "finished since=x", "finished after=3", "all"):
+            with pytest.raises(ScheduleError, match="stats takes 'active' or 'finished'"):
+                g.control("stats", arg)
+        assert g.control("stats", "finished since=0")["dropped"] == 0
     finally:
         g.close()

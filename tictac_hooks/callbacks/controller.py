@@ -13,6 +13,8 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks import flags as tictac_flags
@@ -23,13 +25,26 @@ from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
-from tictac_hooks.graph.tf.naming import canonical_transfer_name, sending_node_name
+from tictac_hooks.graph.tf.naming import (canonical_transfer_name, sending_node_name,
+                                          task_of)
 from tictac_hooks.records import PROFILING, WorkerStep
 
 log = logging.getLogger("tictac")
 
 
 _KEEP_CHECK_RECORDS = 50_000
+
+# The reading thread reads the PSes' finished records every READ_EVERY_STEPS steps
+# dispatched (fewer where a step makes more records: every PS keeps 256, gate.h) and at
+# least every READ_EVERY_S seconds.
+READ_EVERY_STEPS = 32
+READ_EVERY_S = 2.0
+GATE_HISTORY = 256  # records a gate keeps by default (enforce/gate.py, gate.h)
+CATCH_UP_S = 1.0    # the longest a loop that outruns the reads waits for one
+# A worker is lost when the other workers started this many steps since its last one
+# and its task does not answer (or, where its address is unknown, LOST_AFTER_STEPS).
+SUSPECT_AFTER_STEPS = 8
+LOST_AFTER_STEPS = 64
 
 
 class TicTacSetupError(RuntimeError):
@@ -120,6 +135,18 @@ def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> l
     return list(ps)
 
 
+def task_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any,
+                                     job: str = "worker") -> dict[str, str]:
+    """``{"worker:0": address, ...}`` of a cluster spec's ``job`` (dict or
+    tf.train.ClusterSpec; a sparse job {index: address} too)."""
+    if hasattr(spec, "as_dict"):
+        spec = spec.as_dict()
+    tasks = spec.get(job) if isinstance(spec, Mapping) else None
+    if isinstance(tasks, Mapping):
+        return {f"{job}:{int(i)}": a for i, a in tasks.items()}
+    return {f"{job}:{i}": a for i, a in enumerate(tasks or ())}
+
+
 def _merged(parts: Sequence[tuple[Graph, Schedule]]) -> Schedule:
     """The one schedule of a candidate's per-worker orders."""
     return parts[0][1] if len(parts) == 1 else Schedule.merged([sched for _, sched in parts])
@@ -190,6 +217,16 @@ class Controller:
         # Why the frontend's compute profile failed (it said so in one warning line).
         self.compute_profile_error: str | None = None
         self.tac_off: str | None = None  # why TAC is off for this run, when it is
+        # Reading the PSes' records: one cursor (a client per PS), a thread of its own,
+        # one lock for everything the reads change (step log, check records, writer).
+        self.cursor: Any = None
+        self._reading: ReadingThread | None = None
+        self._lock = threading.RLock()
+        self.dispatched = 0  # training steps the loop dispatched
+        self.holds = 0       # times the order check held the loop (joins, installs)
+        # task ("worker:1") -> its address, to tell a dead worker from a slow one
+        self.worker_addresses: dict[str, str] = {}
+        self._probed: dict[str, float] = {}
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
@@ -207,23 +244,94 @@ class Controller:
                     "launch PS tasks with `tictac ps --cluster-spec ... --task-index N` "
                     "(or tictac_hooks.enforce.server.TicTacServer in place of "
                     "tf.distribute.Server), or use LocalCluster for a local run") from None
+        from tictac_hooks.enforce.cursor import RecordCursor
+        self.cursor = RecordCursor(self.ps_addresses)
+        self.cursor.start()
         if self.installs:
             self.say(f"profiling {self.settings.profile_steps} steps in TensorFlow's own "
                      f"transfer order ({len(self.ps_addresses)} PS reached)")
 
+    def start_reading(self, every_steps: int | None = None) -> None:
+        """Reads the PSes' records on a thread of its own from now on, every
+        ``every_steps`` dispatched steps (default: often enough that no gate's history
+        overflows) and every READ_EVERY_S seconds."""
+        if self._reading is None:
+            self._reading = ReadingThread(self._read_in_background, every_steps,
+                                          self.cursor)
+            self._reading.start()
+
+    def steps_dispatched(self, count: int = 1) -> None:
+        """The loop dispatched ``count`` training steps: wakes the reading thread when
+        it is time to read (cheap: no I/O on the caller's thread)."""
+        self.dispatched += count
+        if self._reading is not None:
+            self._reading.dispatched(count)
+
+    def read_now(self) -> None:
+        """Asks the reading thread for a read (e.g. at an epoch's end); does not wait."""
+        if self._reading is not None:
+            self._reading.wake()
+
+    def _read_in_background(self) -> None:
+        self.poll(include_active=False)
+        self._find_lost_workers()
+
     # --- statistics ---------------------------------------------------------------------
-    def poll(self, everything: bool = False) -> list[WorkerStep]:
-        """Reads new step records from every PS, finalizes the steps that can be, writes
-        their TensorBoard summaries and returns them (each step once)."""
-        from tictac_hooks.enforce.client import steps_everywhere
-        self.steplog.add(steps_everywhere(self.ps_addresses))
-        records = self.steplog.finalize(self._paused_within, self._efficiency, everything)
-        if self._check_n >= 0:
-            self._after_switch.extend(r for r in records if r.phase != PROFILING)
-            del self._after_switch[:-_KEEP_CHECK_RECORDS]
-        if self._writer:
-            self._writer.write(records)
+    def poll(self, everything: bool = False, include_active: bool = True) -> list[WorkerStep]:
+        """Reads the step records every PS finished since the last read (and, with
+        ``include_active``, those still running), finalizes the steps that can be,
+        writes their TensorBoard summaries and returns them (each step once)."""
+        with self._lock:
+            read = self.cursor.read(include_active)
+            lost = {ps: n for ps, n in read.dropped.items() if n}
+            if lost:
+                log.warning("TicTac: %s dropped step records before they were read (its "
+                            "history bound); the steps lost are counted as gaps",
+                            ", ".join(f"{ps}: {n}" for ps, n in lost.items()))
+            self.steplog.add(read.steps)
+            if everything:
+                self._find_lost_workers()
+            records = self.steplog.finalize(self._paused_within, self._efficiency,
+                                            everything)
+            if self._check_n >= 0:
+                self._after_switch.extend(r for r in records if r.phase != PROFILING)
+                del self._after_switch[:-_KEEP_CHECK_RECORDS]
+            if self._writer:
+                self._writer.write(records)
         return records
+
+    def _find_lost_workers(self) -> None:
+        """Marks a worker lost, with one line, when the others went on without it: for
+        SUSPECT_AFTER_STEPS of their steps and its task does not answer, or for
+        LOST_AFTER_STEPS where its address is unknown."""
+        with self._lock:
+            for worker in self.steplog.workers():
+                if worker in self.steplog.lost:
+                    continue
+                last, others = self.steplog.silent(worker) or (0.0, 0)
+                if others < SUSPECT_AFTER_STEPS:
+                    continue
+                address = self.worker_addresses.get(task_of(worker) or "")
+                if address is not None:
+                    if time.time() - self._probed.get(worker, 0.0) < 1.0:
+                        continue
+                    self._probed[worker] = time.time()
+                    alive = task_answers(address)
+                    if alive is not False:
+                        continue
+                    reason = f"its task at {address} does not answer"
+                elif others >= LOST_AFTER_STEPS:
+                    reason = "no step of it since"
+                else:
+                    continue
+                now = time.time()
+                self.steplog.mark_lost(worker, now, reason)
+                from tictac_hooks.callbacks.tensorboard import worker_run_name
+                self.say(f"{worker_run_name(worker)} ({worker}) lost: its last step started "
+                         f"at {time.strftime('%H:%M:%S', time.localtime(last))}, "
+                         f"{now - last:.1f} s ago, and the other workers started {others} "
+                         f"steps since ({reason}); ParameterServerStrategy runs its work on "
+                         "the others, and its last step counts as unfinished")
 
     def say(self, message: str) -> None:
         """A progress line: printed when ``verbose`` (the default), always logged."""
@@ -454,6 +562,7 @@ class Controller:
         import time as _time
         if want == self._want:
             return
+        self.holds += 1
         if self._join is not None and self.installs:
             self._join()
         idle_from = _time.time()
@@ -463,6 +572,7 @@ class Controller:
 
     def _finish_check(self) -> None:
         import time as _time
+        self.holds += 1
         if self._join is not None:
             self._join()  # the blocks' steps ran, so the PSes recorded them
         pause_start = _time.time()  # the drained steps ran back to back: not a pause
@@ -609,9 +719,11 @@ class Controller:
                      f"(every PS the order has transfers on); every later step follows it")
 
     # --- end ------------------------------------------------------------------------------
-    def finish(self) -> dict[str, Any]:
+    def finish(self, hook: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Final poll; writes the transfer timeline next to the event files; returns a
-        summary (median step time before and after the switch, per worker)."""
+        summary (median step time before and after the switch, per worker; what was
+        read, ``records``; the frontend's cost per step, ``hook``, when given)."""
+        self.stop_reading()
         if self.check is not None and self._check_n > 0:
             self._finish_check()  # training ended inside the check: decide on what ran
         self.poll(everything=True)
@@ -626,6 +738,9 @@ class Controller:
                                    "priority": dict(self.schedule.priority)}
         if self.tac_off:
             summary["tac_off"] = self.tac_off
+        summary["records"] = self.records_summary()
+        if hook is not None:
+            summary["hook"] = dict(hook)
         if self.check_results:
             results = [{k: v for k, v in r.items() if k != "blocks"}
                        for r in self.check_results]
@@ -642,4 +757,126 @@ class Controller:
                 json.dump(summary, f, indent=1)
         if self._writer:
             self._writer.close()
+        self.cursor.close()
         return summary
+
+    def stop_reading(self) -> None:
+        """Stops the reading thread (its last read finishes first)."""
+        if self._reading is not None:
+            self._reading.stop()
+            self._reading = None
+
+    def records_summary(self) -> dict[str, Any]:
+        """What was read: training steps dispatched, worker steps recorded, steps
+        missing in gaps and unfinished (a lost worker's last), and per PS the records
+        read and dropped (finished ones; the active ones of the last read beside)."""
+        if self.cursor is None:
+            return {"dispatched": self.dispatched}
+        workers = self.steplog.summary()["workers"].values()
+        return {"dispatched": self.dispatched,
+                "worker_steps": sum(w["steps"] for w in workers),
+                "missing": sum(w["missing"] for w in workers),
+                "unfinished": sum(w.get("unfinished", 0) for w in workers),
+                "read": sum(self.cursor.read_records.values()) + self.cursor.active_records,
+                "dropped": sum(self.cursor.dropped.values()),
+                "per_ps": {ps: {"read": self.cursor.read_records[ps],
+                                "dropped": self.cursor.dropped[ps]}
+                           for ps in self.ps_addresses}}
+
+
+class ReadingThread:
+    """Reads the PSes' records off the training loop's thread: woken every
+    ``every_steps`` dispatched steps (default: a quarter of a gate's history at the
+    records per step seen so far, at most READ_EVERY_STEPS) and every READ_EVERY_S
+    seconds. A failed read is logged once and tried again; it never stops training."""
+
+    def __init__(self, read: Callable[[], None], every_steps: int | None,
+                 cursor: Any = None) -> None:
+        self._read = read
+        self._fixed = every_steps
+        self.every_steps = every_steps or READ_EVERY_STEPS
+        self._cursor = cursor
+        self._since_read = 0
+        self._dispatched = 0
+        self._wake = threading.Event()
+        self._stopping = False
+        self._failing = False
+        # Back-pressure, for a loop that outruns the reads: past half a gate's history
+        # of unread steps the loop waits (at most CATCH_UP_S) for a read to finish.
+        self._read_started_at = 0  # steps dispatched when the last finished read began
+        self._per_step = 1.0       # records a step makes at a PS, as measured
+        self._caught_up = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tictac-records",
+                                        daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def dispatched(self, count: int) -> None:
+        self._dispatched += count
+        self._since_read += count
+        if self._since_read >= self.every_steps:
+            self._since_read = 0
+            self._wake.set()
+        limit = max(2 * self.every_steps, int(GATE_HISTORY / 2 / self._per_step))
+        if self._dispatched - self._read_started_at >= limit and not self._stopping:
+            self._caught_up.clear()
+            self._wake.set()
+            self._caught_up.wait(CATCH_UP_S)  # never long: training goes on regardless
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._caught_up.set()
+        self._thread.join(timeout_s)
+
+    def _adapt(self) -> None:
+        """Reads often enough that a quarter of a gate's history holds what finishes
+        between two reads (a step makes a record per worker and loop iteration)."""
+        if self._fixed or self._cursor is None or not self._dispatched:
+            return
+        per_step = max(self._cursor.read_records.values(), default=0) / self._dispatched
+        if per_step > 0:
+            self._per_step = per_step
+            self.every_steps = max(1, min(READ_EVERY_STEPS,
+                                          int(GATE_HISTORY / 4 / per_step)))
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(READ_EVERY_S)
+            self._wake.clear()
+            if self._stopping:
+                break
+            started = self._dispatched
+            try:
+                self._read()
+                self._adapt()
+                self._failing = False
+            except Exception as e:  # noqa: BLE001 - never stop training for a read
+                if not self._failing:
+                    log.warning("TicTac: reading the PSes' step records failed (%s: %s); "
+                                "trying again", type(e).__name__, e)
+                self._failing = True
+            finally:
+                self._read_started_at = started
+                self._caught_up.set()
+
+
+def task_answers(address: str, timeout_s: float = 2.0) -> bool | None:
+    """Whether the TensorFlow task at ``address`` answers (its worker service's
+    GetStatus): False when nothing listens there, None when it did not answer in time
+    (a busy task), True when it answered."""
+    import grpc
+
+    from tictac_hooks.enforce.native.client import GET_STATUS
+    with grpc.insecure_channel(address) as channel:
+        try:
+            channel.unary_unary(GET_STATUS)(b"", timeout=timeout_s)
+            return True
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                return False
+            return None if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED else True

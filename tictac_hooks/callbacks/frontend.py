@@ -13,17 +13,21 @@ addresses, a way to wait for dispatched steps, the DAG of the step that runs) an
   goes on;
 - after the switch tells the controller of every dispatched step, which runs the order
   check's blocks and then keeps or clears the order (order_check.py);
-- polls the PSes for step records every ``poll_every`` steps (and, for Keras, every
-  ``stats_every`` epochs);
-- ends the run: final poll, summary, logs.
+- reads the PSes' step records on a thread of its own (Controller.start_reading),
+  woken by the steps dispatched (every ``poll_every`` when given) and, for Keras,
+  every ``stats_every`` epochs: nothing is read on the loop's thread between switches;
+- measures its own cost per step (``hook`` in the summary);
+- ends the run: final read, summary, logs.
 
 Nothing here imports TensorFlow: the adapters do.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
+import statistics
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -43,6 +47,9 @@ class StepDAG:
     bandwidth: float | None = None
 
 
+_KEEP_COSTS = 1 << 20  # per-step costs kept for the median (8 MiB at most)
+
+
 class StepDriver:
     """One run of a frontend (a fit / evaluate / predict call, a custom loop, a hooked
     session): counts steps and drives its :class:`Controller`.
@@ -56,8 +63,9 @@ class StepDriver:
         None where steps run synchronously (graph mode).
       install: whether this process installs orders (the chief).
       destination_jobs: the jobs whose steps are scheduled and reported.
-      poll_every: read step records every this many steps (None: only on
-        :meth:`epoch_end` and at the end).
+      poll_every: read step records every this many steps (None: as often as the
+        gates' history needs, and on :meth:`epoch_end`); reads run on a thread of their
+        own.
       training: whether the steps train (the ``align`` setting's "auto" picks by it).
     """
 
@@ -74,10 +82,16 @@ class StepDriver:
         self.poll_every = poll_every
         self.steps = 0
         self.epochs = 0
+        # Seconds :meth:`step` took, per call (bounded), and which calls held the loop
+        # on purpose (the switch, the order check's block boundaries).
+        self._cost = array.array("d")
+        self._held_cost: dict[str, list[float]] = {"switch": [], "check": []}
 
     def start(self) -> "StepDriver":
-        """Reaches every PS's gate (clear error if one has none) and clears old orders."""
+        """Reaches every PS's gate (clear error if one has none), clears old orders and
+        starts reading records on a thread of its own."""
         self.controller.connect()
+        self.controller.start_reading(self.poll_every)
         return self
 
     @property
@@ -86,22 +100,46 @@ class StepDriver:
 
     def step(self, count: int = 1) -> None:
         """Call once per call the loop dispatches (under PSS: schedules on a worker),
-        with the number of training steps it runs (``steps_per_execution``)."""
-        before, self.steps = self.steps, self.steps + count
-        profile = self.settings.profile_steps
-        if before < profile <= self.steps:
+        with the number of training steps it runs (``count``: Keras's
+        ``steps_per_execution``)."""
+        t0 = time.perf_counter()
+        holds = self.controller.holds
+        before = self.steps
+        self.steps += count
+        self.controller.steps_dispatched(count)
+        if before < self.settings.profile_steps <= self.steps:
             self.switch()
-        elif before >= profile:
+            self._held_cost["switch"].append(time.perf_counter() - t0)
+            return
+        if before >= self.settings.profile_steps:
             for _ in range(count):  # the order check counts training steps
                 self.controller.step_dispatched()
-        if self.poll_every and before // self.poll_every != self.steps // self.poll_every:
-            self.controller.poll()
+        took = time.perf_counter() - t0
+        if self.controller.holds != holds:
+            self._held_cost["check"].append(took)
+        elif len(self._cost) < _KEEP_COSTS:
+            self._cost.append(took)
 
     def epoch_end(self) -> None:
-        """Call at the end of each epoch (Keras): polls every ``stats_every`` epochs."""
+        """Call at the end of each epoch (Keras): asks for a read every ``stats_every``
+        epochs (on the reading thread; this returns at once)."""
         self.epochs += 1
         if self.epochs % self.settings.stats_every == 0:
-            self.controller.poll()
+            self.controller.read_now()
+
+    def hook_cost(self) -> dict[str, Any]:
+        """What :meth:`step` cost the loop's thread, in ms: median and worst over the
+        steps that did not hold the loop on purpose, and the worst of those that did
+        (the switch; the order check's block boundaries, which wait for the workers)."""
+        out: dict[str, Any] = {"steps": len(self._cost)}
+        if self._cost:
+            out["median_ms"] = statistics.median(self._cost) * 1e3
+            out["worst_ms"] = max(self._cost) * 1e3
+        for kind, costs in self._held_cost.items():
+            if costs:
+                out[f"{kind}_steps"] = len(costs)
+                out[f"{kind}_worst_ms"] = max(costs) * 1e3
+        return out
 
     def switch(self) -> None:
         """The switch at step N: wait for the profiled steps (so the PSes saw them), find
@@ -138,4 +176,4 @@ class StepDriver:
         the summary."""
         if self._join is not None:
             self._join()
-        return self.controller.finish()
+        return self.controller.finish(hook=self.hook_cost())

@@ -9,7 +9,8 @@ from typing import Any
 
 from tictac_hooks import checks
 from tictac_hooks.callbacks.controller import (Controller, Settings, TicTacSetupError,
-                                               ps_addresses_from_cluster_spec)
+                                               ps_addresses_from_cluster_spec,
+                                               task_addresses_from_cluster_spec)
 from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
 from tictac_hooks.callbacks.step_function import dag_of, profile_for, traced_function
 
@@ -205,6 +206,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                             find_dag=lambda: self._find_dag(mode), join=self._join,
                             destination_jobs=jobs, training=mode == "train")
         self.controller = driver.controller
+        driver.controller.worker_addresses = self._worker_addresses()
         driver.start()
         self._driver, self._mode = driver, mode
 
@@ -230,6 +232,18 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     # --- where tf_keras keeps what the driver needs -----------------------------------------
     def _ps_addresses(self) -> list[str]:
         return _ps_addresses(self.model)
+
+    def _worker_addresses(self) -> dict[str, str]:
+        """Each worker task's address ({} where fit runs under no cluster), so that a
+        worker that stops can be told from a slow one."""
+        import tensorflow as tf
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if not isinstance(strategy, (tf.distribute.ParameterServerStrategy,
+                                     tf.distribute.experimental.ParameterServerStrategy)):
+            return {}
+        from tictac_hooks.patches import keras_internals
+        return task_addresses_from_cluster_spec(
+            keras_internals.strategy_cluster_spec(strategy), "worker")
 
     def _join(self) -> None:
         _join(self.model)

@@ -4,10 +4,18 @@ Each PS reports, per (step_id, destination worker, loop iteration), the transfer
 handed back. A step of a worker is the union over PSes. Under Keras's
 ``steps_per_execution > 1`` one step id runs several training steps as the iterations
 of a loop: each iteration is a step (what the call does once, outside the loop, counts
-with its first iteration), and the loop's dead exit iteration is none. A step is *finalized* once a later step of the
-same worker exists (its step time is the gap between their first transfers); finalized
-steps are handed out once and then only their aggregates are kept, so memory stays
-bounded over any number of steps.
+with its first iteration), and the loop's dead exit iteration is none. A step is
+*finalized* once a later step of the same worker exists; finalized steps are handed out once and then only
+their aggregates are kept, so memory stays bounded over any number of steps.
+
+Step times come from consecutive records only: a step's time is the interval to the
+worker's next step when the PSes number the two consecutively (``worker_seq``). Where
+records between them were lost (a gate's history bound), the interval is a gap: counted
+per worker, never drawn as a step, and the steps after it keep their own numbers.
+
+A worker that stops while the others go on can be marked lost (:meth:`StepLog.mark_lost`,
+the controller decides); its last step, which ParameterServerStrategy runs again on
+another worker, then counts as unfinished, not as a step.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from tictac_hooks.records import (CHECK, PHASE_NAMES, PROFILING, SCHEDULED, Gate
 _KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
 _KEEP_PROFILED = 256         # unscheduled (PS, step, worker) records, for served sizes
+_KEEP_RECENT = 1_024         # the latest steps' (start, worker), to tell who went silent
+_KEEP_NOT_STEPS = 4_096      # per (PS, worker): worker_seq of records that are no step
 
 
 @dataclasses.dataclass
@@ -50,6 +60,27 @@ class _Pending:
         """The algorithm of the order the step ran in at its PSes (None: TensorFlow's)."""
         return next((r.algorithm for r in self.per_ps.values() if r.scheduled), None)
 
+    def missing_before(self, later: "_Pending",
+                       not_steps: Callable[[str, int, int], int]) -> int | None:
+        """Steps lost between this step and ``later`` (same worker): 0 when some PS
+        numbers them consecutively (its records that are no step, such as a loop's exit
+        iteration, ``not_steps(ps, lo, hi)``, left out), else how many are missing;
+        None when no PS recorded both (unknown). Records without numbers: 0."""
+        missing = None
+        numbered = False
+        for key, rec in self.per_ps.items():
+            other = later.per_ps.get(key)
+            if not rec.worker_seq or other is None or not other.worker_seq:
+                numbered = numbered or bool(rec.worker_seq)
+                continue
+            lost = other.worker_seq - rec.worker_seq - 1 - not_steps(
+                rec.ps, rec.worker_seq, other.worker_seq)
+            missing = max(missing or 0, lost, 0)
+        if missing is None and not numbered and not any(
+                r.worker_seq for r in later.per_ps.values()):
+            return 0  # a gate that does not number its records: as before
+        return missing
+
     def followed_order(self) -> bool:
         """Every PS sent its listed transfers to the PS in non-decreasing priority (the
         order they were released in; with the look-ahead window the PS may answer those
@@ -72,12 +103,23 @@ class StepLog:
 
     def __init__(self, destination_jobs: Iterable[str] = ("worker",)) -> None:
         self.destination_jobs = tuple(destination_jobs)
-        # worker -> (step_id, iteration) -> the step's records so far
+        # Per worker, its steps by (step_id, loop iteration).
         self._pending: dict[str, dict[tuple[int, int], _Pending]] = \
             collections.defaultdict(dict)
-        self._finalized_ids: dict[str, collections.deque] = collections.defaultdict(
-            lambda: collections.deque(maxlen=_KEEP_FINALIZED_IDS))
-        self._count: dict[str, int] = collections.defaultdict(int)
+        self._finalized_ids: dict[str, collections.OrderedDict] = collections.defaultdict(
+            collections.OrderedDict)
+        self._count: dict[str, int] = collections.defaultdict(int)   # steps finalized
+        self._number: dict[str, int] = collections.defaultdict(int)  # the next step number
+        # Per worker: steps lost in gaps, intervals left out as gaps, unfinished steps.
+        self.gaps: collections.Counter[str] = collections.Counter()
+        self.unknown_gaps: collections.Counter[str] = collections.Counter()
+        self.unfinished: collections.Counter[str] = collections.Counter()
+        # worker -> when its last step started, when it was found lost, why.
+        self.lost: dict[str, dict[str, Any]] = {}
+        self._recent: collections.deque = collections.deque(maxlen=_KEEP_RECENT)
+        self._last_start: dict[str, float] = {}
+        self._not_steps: dict[tuple[str, str], collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=_KEEP_NOT_STEPS))
         self.served: dict[str, set[str]] = collections.defaultdict(set)  # while profiling
         self.best_link_rate: float | None = None                          # bytes/s
         # the latest unscheduled records by (PS, step, worker): what each transfer is
@@ -99,13 +141,29 @@ class StepLog:
     def add(self, records: Iterable[GateStep]) -> None:
         for rec in records:
             worker = rec.worker
-            if not rec.order or not self.is_destination(worker) or rec.dead:
+            if not self.is_destination(worker):
                 continue  # e.g. the coordinator's own reads while workers train
-            step_key = (rec.step_id, rec.iteration)
-            if step_key in self._finalized_ids[worker]:
+            if not rec.order or rec.dead:
+                # No training step (nothing handed back; a loop's exit iteration): its
+                # number is no gap.
+                if rec.worker_seq:
+                    self._not_steps[(rec.ps, worker)].append(rec.worker_seq)
                 continue
-            step = self._pending[worker].setdefault(step_key, _Pending({}))
+            key = (rec.step_id, rec.iteration)
+            if key in self._finalized_ids[worker]:
+                continue
+            step = self._pending[worker].get(key)
+            if step is None:
+                step = self._pending[worker][key] = _Pending({})
+                self._recent.append((rec.start, worker))
+                if rec.start > self._last_start.get(worker, float("-inf")):
+                    self._last_start[worker] = rec.start
+            # A call's records outside its loop (frame 0) join its first iteration's
+            # step beside the loop's record from the same PS; each such number counts
+            # as received, so none is taken for a lost step between iterations.
             step.per_ps[rec.ps if not rec.frame else f"{rec.ps} loop"] = rec
+            if rec.worker_seq:
+                self._not_steps[(rec.ps, worker)].append(rec.worker_seq)
             if not rec.scheduled:
                 self.served[worker].update(rec.order)
                 key = (rec.ps, rec.step_id, rec.frame, rec.iteration, worker)
@@ -139,27 +197,45 @@ class StepLog:
         """
         out = []
         for worker, pending in self._pending.items():
-            steps = sorted(pending.items(), key=lambda kv: kv[1].start)
+            steps = sorted(pending.items(), key=lambda kv: (kv[1].start, kv[0][1]))
             ready = steps if everything else steps[:-1]
-            for i, (step_id, step) in enumerate(ready):
-                nxt = steps[i + 1][1].start if i + 1 < len(steps) else None
+            for i, (key, step) in enumerate(ready):
+                later = steps[i + 1][1] if i + 1 < len(steps) else None
+                self._finalized_ids[worker][key] = None
+                while len(self._finalized_ids[worker]) > _KEEP_FINALIZED_IDS:
+                    self._finalized_ids[worker].popitem(last=False)
+                del pending[key]
+                if later is None and worker in self.lost:
+                    # Its last step: ParameterServerStrategy runs that closure again on
+                    # another worker, where it counts.
+                    self.unfinished[worker] += 1
+                    continue
+                missing = 0 if later is None else step.missing_before(
+                    later, lambda ps, lo, hi: self._not_steps_between(ps, worker, lo, hi))
                 step_time, pause = None, 0.0
-                if nxt is not None:
-                    pause = paused(step.start, nxt)
-                    step_time = max(nxt - step.start - pause, 0.0)
+                if later is not None and missing == 0:
+                    pause = paused(step.start, later.start)
+                    step_time = max(later.start - step.start - pause, 0.0)
                 phase = self._phase(step)
-                index = self._count[worker]
+                index = self._number[worker]
+                self._number[worker] += 1 + (missing or 0)  # a gap keeps its numbers
                 self._count[worker] += 1
                 out.append(WorkerStep(worker=worker, step=index, start=step.start,
                                       step_time=step_time, transfer_span=step.end - step.start,
-                                      phase=phase, efficiency=None if pause else
-                                      efficiency(step, step_time), paused_s=pause,
-                                      order=step.algorithm))
+                                      phase=phase, efficiency=None if pause or
+                                      step_time is None else efficiency(step, step_time),
+                                      paused_s=pause, order=step.algorithm))
+                if missing:
+                    self.gaps[worker] += missing
+                elif missing is None:
+                    self.unknown_gaps[worker] += 1
                 # Step 0 holds tracing and start-up: not a steady-state step.
                 if index == 0:
                     self.excluded[worker]["first_step"] += 1
-                elif step_time is None:
+                elif later is None:
                     self.excluded[worker]["last_step"] += 1
+                elif step_time is None:
+                    self.excluded[worker]["before_gap"] += 1
                 elif pause:
                     self.excluded[worker]["paused"] += 1
                 else:
@@ -169,9 +245,28 @@ class StepLog:
                     self.order["followed"] += step.followed_order()
                     self.order["skips"] += sum(r.skips for r in step.per_ps.values())
                     self.order["violations"] += sum(r.violations for r in step.per_ps.values())
-                self._finalized_ids[worker].append(step_id)
-                del pending[step_id]
         return out
+
+    def _not_steps_between(self, ps: str, worker: str, lo: int, hi: int) -> int:
+        return sum(1 for n in self._not_steps.get((ps, worker), ()) if lo < n < hi)
+
+    def silent(self, worker: str) -> tuple[float, int] | None:
+        """When ``worker``'s last step started and how many steps the other workers
+        started since (None: no step of it seen)."""
+        last = self._last_start.get(worker)
+        if last is None:
+            return None
+        return last, sum(1 for start, w in self._recent if w != worker and start > last)
+
+    def workers(self) -> list[str]:
+        """Every worker with a step seen."""
+        return sorted(self._last_start)
+
+    def mark_lost(self, worker: str, detected: float, reason: str) -> None:
+        """``worker`` stopped (the controller found it unreachable, or silent while the
+        others went on): its last step will count as unfinished."""
+        self.lost[worker] = {"last_step_start": self._last_start.get(worker),
+                             "detected": detected, "reason": reason}
 
     def _phase(self, step: _Pending) -> int:
         if step.scheduled:
@@ -183,10 +278,18 @@ class StepLog:
     def summary(self) -> dict[str, Any]:
         """Per worker: its steps, and per phase the steps in the medians and their
         median step time; the steps left out, by reason (so that ``steps`` =
-        the phases' ``*_steps`` + the ``excluded`` counts); order statistics."""
+        the phases' ``*_steps`` + the ``excluded`` counts); ``missing``, steps whose
+        records were lost (gaps, not in ``steps``); where the worker was lost, when and
+        its ``unfinished`` step (not in ``steps``); order statistics."""
         workers: dict[str, Any] = {}
-        for worker, count in sorted(self._count.items()):
-            entry: dict[str, Any] = {"steps": count}
+        for worker in sorted(set(self._count) | set(self.lost)):
+            entry: dict[str, Any] = {"steps": self._count.get(worker, 0),
+                                     "missing": self.gaps.get(worker, 0)}
+            if self.unknown_gaps.get(worker):
+                entry["unknown_gaps"] = self.unknown_gaps[worker]
+            if worker in self.lost:
+                entry["lost"] = dict(self.lost[worker])
+                entry["unfinished"] = self.unfinished.get(worker, 0)
             for phase in (PROFILING, SCHEDULED, CHECK):
                 label = PHASE_NAMES[phase]
                 times = self.step_times.get((worker, phase))

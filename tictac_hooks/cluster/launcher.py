@@ -372,20 +372,28 @@ class LocalCluster:
         return proc
 
     def run_clients(self, argvs: Sequence[Sequence[str]], host: str | None = None,
-                    dead_task_grace_s: float = 20.0, timeout_s: float | None = None
-                    ) -> list[int]:
+                    dead_task_grace_s: float = 20.0, timeout_s: float | None = None,
+                    workers_may_die: bool = False) -> list[int]:
         """Runs client processes (a PSS coordinator, graph-mode clients) until each has
         exited and returns their exit codes. Never waits on a dead cluster: if a task
         dies meanwhile, the clients get ``dead_task_grace_s`` to fail by themselves
         (TensorFlow's own error), then are killed, and :class:`ClusterError` names the
-        task. ``host``: the shaped network's host to run them in (see :meth:`spawn_in`).
+        task. With ``workers_may_die`` (ParameterServerStrategy goes on without a dead
+        worker), dead workers count only once every worker is dead. ``host``: the
+        shaped network's host to run them in (see :meth:`spawn_in`).
         """
         procs = [self.spawn_in(host, argv) if host else self.spawn(argv) for argv in argvs]
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         dead_since = None
+        def fatal() -> list["Task"]:
+            dead = [t for t in self.tasks if not t.alive]
+            if workers_may_die and any(t.alive for t in self.tasks if t.job == "worker"):
+                dead = [t for t in dead if t.job != "worker"]
+            return dead
+
         while any(p.poll() is None for p in procs):
             time.sleep(0.25)
-            dead = [t for t in self.tasks if not t.alive]
+            dead = fatal()
             if dead and dead_since is None:
                 dead_since = time.monotonic()
             late = dead_since is not None and time.monotonic() - dead_since > dead_task_grace_s
@@ -395,7 +403,7 @@ class LocalCluster:
                     raise ClusterError(f"{_died(dead[0])}; its clients were stopped after "
                                        f"{dead_task_grace_s:.0f} s")
                 raise ClusterError(f"the clients did not finish within {timeout_s:.0f} s")
-        dead = [t for t in self.tasks if not t.alive]
+        dead = fatal()
         if dead and any(p.returncode for p in procs):
             raise ClusterError(f"{_died(dead[0])} while its clients ran")
         return [p.returncode for p in procs]

@@ -41,7 +41,10 @@ class GateError(ConnectionError):
 class GateClient:
     """What every backend's client offers: ``ping``, ``install`` (a schedule; steps
     starting after it run under it), ``clear``, ``stats`` (totals plus one record per
-    step and worker), ``served_names`` (what a schedule can name), ``close``."""
+    step and worker; with ``since``, a cursor's read: only the records finished after
+    record number ``since``, with ``last_seq`` and ``dropped``, see
+    :meth:`tictac_hooks.enforce.gate.Gate.read`), ``served_names`` (what a schedule can
+    name), ``close``."""
 
     address: str
     backend: str
@@ -51,7 +54,8 @@ class GateClient:
                 window_bytes: int | None = None,
                 pace_rate: float | None = None, align: bool | None = None) -> InstallResult: ...
     def clear(self) -> int: ...
-    def stats(self, include_active: bool = True) -> dict[str, Any]: ...
+    def stats(self, include_active: bool = True,
+              since: int | None = None) -> dict[str, Any]: ...
     def served_names(self) -> list[str]: ...
     def close(self) -> None: ...
 

@@ -97,12 +97,16 @@ class RendezvousClient(GateClient):
         """Removes the schedule; returns the new version number."""
         return int(self._call("Clear")["version"])
 
-    def stats(self, include_active: bool = True) -> dict[str, Any]:
+    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
         """Totals plus ``steps``: one record per (step_id, worker), oldest first, each
         with ``order`` (names in hand-back order), ``transfers`` (name, state, priority,
         bytes, arrive/ready/handback wall-clock times), ``skipped``, ``violations``,
-        ``unlisted``, ``start``/``end``."""
-        stats = self._call("Stats", {"include_active": include_active})
+        ``unlisted``, ``start``/``end``. With ``since``: only the records finished after
+        record number ``since``, with ``last_seq`` and ``dropped`` (Gate.read)."""
+        body: dict[str, Any] = {"include_active": include_active}
+        if since is not None:
+            body["since"] = since
+        stats = self._call("Stats", body)
         stats["steps"] = checked_steps(stats.get("steps"))  # the schema of records.py
         return stats
 

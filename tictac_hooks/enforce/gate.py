@@ -198,7 +198,7 @@ class _Channel:
             self.cursor += 1
         return names[self.cursor] if self.cursor < len(names) else None
 
-    def record(self) -> GateStep:
+    def record(self, seq: int = 0, worker_seq: int = 0) -> GateStep:
         handed = self.handed
         # a name handed back twice (a tensor over two edges, recorded under its node):
         # each copy's record says its edge (as gate.cc's Record)
@@ -223,7 +223,7 @@ class _Channel:
             reordered=_reordered(handed),
             unlisted=tuple(t.name for t in handed
                            if t.state == PASS and t.name not in listed),
-            iteration=self.iteration, frame=self.frame)
+            iteration=self.iteration, frame=self.frame, seq=seq, worker_seq=worker_seq)
 
 
 class Gate:
@@ -238,7 +238,8 @@ class Gate:
       presume_absent_after: after this many consecutive steps in which a transfer was
         skipped for not coming, skip it at once (default 2; 0 turns this off).
       max_active_steps: steps tracked at once; older ones are finished (default 64).
-      history: finished (step, worker) records kept for stats (default 256).
+      history: finished (step, worker) records kept for stats (default 256); they are
+        numbered as they finish, so a reader learns what it missed (:meth:`read`).
       max_served_names: distinct transfer names remembered (default 100000).
       clock: wall clock for the records (default time.time).
     """
@@ -261,6 +262,8 @@ class Gate:
         self._steps: collections.OrderedDict[int, dict[str, _Channel]] = collections.OrderedDict()
         self._step_binding: dict[int, _Installed | None] = {}
         self._history: collections.deque[GateStep] = collections.deque(maxlen=history)
+        self._last_seq = 0                         # seq of the newest finished record
+        self._dest_records: dict[str, int] = {}    # destination -> its last worker_seq
         self._served: set[str] = set()
         self._served_by_dest: dict[str, set[str]] = collections.defaultdict(set)
         self._views: dict[tuple[int, str], _Installed] = {}
@@ -409,12 +412,29 @@ class Gate:
         the wire format of ``stats`` (:meth:`GateStep.to_json`)."""
         return [step.to_json() for step in self.steps(include_active)]
 
-    def steps(self, include_active: bool = True) -> list[GateStep]:
-        """:meth:`records` as :class:`GateStep` objects."""
-        out = list(self._history)
+    def steps(self, include_active: bool = True, since: int = 0) -> list[GateStep]:
+        """:meth:`records` as :class:`GateStep` objects; finished ones only after record
+        number ``since``. Active records have seq 0 and the worker_seq they will finish
+        with (steps finish oldest first)."""
+        out = [r for r in self._history if r.seq > since]
         if include_active:
-            out += [ch.record() for chans in self._steps.values() for ch in chans.values()]
+            following = dict(self._dest_records)
+            for chans in self._steps.values():
+                for ch in chans.values():
+                    following[ch.dest] = following.get(ch.dest, 0) + 1
+                    out.append(ch.record(0, following[ch.dest]))
         return out
+
+    def read(self, since: int = 0, include_active: bool = True) -> dict[str, Any]:
+        """A cursor's read: the records finished after record number ``since`` (0: every
+        one held), the active ones if asked, ``last_seq`` (pass it as the next read's
+        ``since``) and ``dropped``: records after ``since`` that the history bound let go
+        before this read. The wire format of ``stats`` with ``since`` (both gates)."""
+        since = checks.whole_number("since", since, 0)
+        oldest = self._history[0].seq if self._history else self._last_seq + 1
+        return {"since": since, "last_seq": self._last_seq,
+                "dropped": max(0, oldest - 1 - since),
+                "steps": [r.to_json() for r in self.steps(include_active, since)]}
 
     def summary(self) -> dict[str, Any]:
         return {"schedule_version": self.schedule_version,
@@ -551,7 +571,10 @@ class Gate:
             ticket.t_release = self.clock()
             if not ticket.future.done():
                 ticket.future.set_result(None)
-        self._history.append(channel.record())
+        self._last_seq += 1
+        worker_seq = self._dest_records[channel.dest] = \
+            self._dest_records.get(channel.dest, 0) + 1
+        self._history.append(channel.record(self._last_seq, worker_seq))
         channel.finished = True
 
 

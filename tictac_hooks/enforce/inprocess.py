@@ -6,7 +6,8 @@ simulations talk to it exactly as they talk to a PS.
 :class:`InProcessClient` of ``gate`` (the Python gate, or anything with its methods),
 so TicTac, TicTacLoop and TicTacHook run their whole control path (ping, clear, install,
 stats, the order check's reinstalls) with no PS process and no network. What a worker
-would do, request transfers, the caller does on the gate itself.
+would do, request transfers, the caller does on the gate itself, holding
+:func:`gate_lock` (TicTac reads records on a thread of its own).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tictac_hooks.enforce.gate import Gate, InstallResult
 from tictac_hooks.graph.schedule import Schedule
 
 _SERVED: dict[str, Gate] = {}
+_GATE_LOCKS: dict[str, threading.RLock] = {}
 _CALLS: "dict[str, collections.Counter[str]]" = {}
 _LOCK = threading.Lock()
 
@@ -34,12 +36,25 @@ def serve_in_process(address: str, gate: Gate) -> Iterator[Gate]:
         if address in _SERVED:
             raise ValueError(f"{address} is already served in this process")
         _SERVED[address] = gate
+        _GATE_LOCKS[address] = threading.RLock()
         _CALLS[address] = collections.Counter()
     try:
         yield gate
     finally:
         with _LOCK:
             _SERVED.pop(address, None)
+            _GATE_LOCKS.pop(address, None)
+
+
+def gate_lock(address: str) -> "threading.RLock":
+    """The lock of the gate served at ``address``: the control calls of its clients
+    hold it (they may come from TicTac's reading thread), and so must whoever drives
+    the gate's transfer path, as a PS's event loop serializes both."""
+    with _LOCK:
+        lock = _GATE_LOCKS.get(address)
+    if lock is None:
+        raise ValueError(f"{address} is not served in this process (serve_in_process)")
+    return lock
 
 
 def lookup(address: str) -> Gate | None:
@@ -77,19 +92,25 @@ class InProcessClient(GateClient):
                 window_bytes: int | None = None,
                 pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
         self._count("install")
-        return self.gate.install(schedule, skip_after_s, window_bytes)
+        with gate_lock(self.address):
+            return self.gate.install(schedule, skip_after_s, window_bytes)
 
     def clear(self) -> int:
         self._count("clear")
-        return self.gate.clear()
+        with gate_lock(self.address):
+            return self.gate.clear()
 
-    def stats(self, include_active: bool = True) -> dict[str, Any]:
+    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
         self._count("stats")
-        return dict(self.gate.summary(), steps=self.gate.records(include_active))
+        with gate_lock(self.address):
+            if since is None:
+                return dict(self.gate.summary(), steps=self.gate.records(include_active))
+            return self.gate.summary() | self.gate.read(since, include_active)
 
     def served_names(self) -> list[str]:
         self._count("served")
-        return self.gate.served_names()
+        with gate_lock(self.address):
+            return self.gate.served_names()
 
     def close(self) -> None:
         pass

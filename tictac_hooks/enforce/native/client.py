@@ -263,8 +263,13 @@ class NativeClient(GateClient):
     def clear(self) -> int:
         return int(self.call("clear")["version"])
 
-    def stats(self, include_active: bool = True) -> dict[str, Any]:
-        stats = self.call("stats", "active" if include_active else "finished")
+    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
+        """Totals plus the step records; with ``since``, only those finished after
+        record number ``since``, with ``last_seq`` and ``dropped`` (gate.h, StatsJson)."""
+        arg = "active" if include_active else "finished"
+        if since is not None:
+            arg += f" since={checks.whole_number('since', since, 0)}"
+        stats = self.call("stats", arg)
         stats["steps"] = checked_steps(stats.get("steps"))  # the schema of records.py
         return {"ps": self.address, "device": self._device, **stats}
 

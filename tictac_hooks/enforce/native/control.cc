@@ -195,7 +195,28 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
     return true;
   }
   if (verb == "stats") {
-    *reply = gate->StatsJson(arg != "finished");
+    // "active" (the default) or "finished", then optionally " since=<seq>": the records
+    // finished after record <seq> (see Gate::StatsJson).
+    const size_t space = arg.find(' ');
+    const std::string which = arg.substr(0, space);
+    int64_t since = 0;
+    if (space != std::string::npos) {
+      const std::string rest = arg.substr(space + 1);
+      double d;
+      if (rest.compare(0, 6, "since=") != 0 || !ParseDouble(rest.substr(6), &d) || d < 0 ||
+          d != std::floor(d) || d > 9.0e18) {
+        *reply = "stats takes 'active' or 'finished', then optionally ' since=<the last_seq "
+                 "of an earlier read, a whole number >= 0>', got '" + arg + "'";
+        return false;
+      }
+      since = static_cast<int64_t>(d);
+    }
+    if (!which.empty() && which != "active" && which != "finished") {
+      *reply = "stats takes 'active' or 'finished', then optionally ' since=<seq>', got '" +
+               arg + "'";
+      return false;
+    }
+    *reply = gate->StatsJson(which != "finished", since);
     return true;
   }
   if (verb == "served") {

@@ -573,20 +573,40 @@ std::string Gate::SummaryJson() {
   return SummaryLocked();
 }
 
-std::string Gate::StatsJson(bool include_active) {
+namespace {
+// A record with its numbers in front: "{" + "\"seq\":..,\"worker_seq\":..," + the rest.
+std::string Numbered(int64_t seq, int64_t worker_seq, const std::string& record) {
+  return "{\"seq\":" + std::to_string(seq) + ",\"worker_seq\":" +
+         std::to_string(worker_seq) + "," + record.substr(1);
+}
+}  // namespace
+
+std::string Gate::StatsJson(bool include_active, int64_t since) {
   std::lock_guard<std::mutex> l(mu_);
   std::string s = SummaryLocked();
-  s.pop_back();  // the closing brace: append the records
-  s += ",\"steps\":[";
+  s.pop_back();  // the closing brace: append the cursor and the records
+  // Records after `since` that are no longer held: from since + 1 up to the oldest held.
+  const int64_t oldest = history_.empty() ? last_record_seq_ + 1 : history_.front().first;
+  const int64_t dropped = std::max<int64_t>(0, oldest - 1 - std::max<int64_t>(since, 0));
+  s += ",\"since\":" + std::to_string(since) + ",\"last_seq\":" +
+       std::to_string(last_record_seq_) + ",\"dropped\":" + std::to_string(dropped) +
+       ",\"steps\":[";
   bool first = true;
-  for (const auto& r : history_) {
-    s += (first ? "" : ",") + r;
+  auto it = std::lower_bound(
+      history_.begin(), history_.end(), since + 1,
+      [](const std::pair<int64_t, std::string>& r, int64_t seq) { return r.first < seq; });
+  for (; it != history_.end(); ++it) {
+    s += (first ? "" : ",") + it->second;
     first = false;
   }
   if (include_active) {
+    // Active records have no seq yet (0); their worker_seq is the one they will finish
+    // with (steps finish oldest first).
+    std::unordered_map<std::string, int64_t> next;
     for (int64_t step : step_order_)
       for (const auto& [dest, ch] : steps_[step]) {
-        s += (first ? "" : ",") + ch->Record();
+        auto n = next.emplace(dest, dest_records_.count(dest) ? dest_records_[dest] : 0).first;
+        s += (first ? "" : ",") + Numbered(0, ++n->second, ch->Record());
         first = false;
       }
   }
@@ -736,7 +756,8 @@ void Gate::Finish(Channel* ch, Runs* runs) {
   for (auto& t : ch->all) t->channel = nullptr;
   ch->all.clear();
   ch->finished = true;
-  history_.push_back(ch->Record());
+  const int64_t seq = ++last_record_seq_;
+  history_.emplace_back(seq, Numbered(seq, ++dest_records_[ch->dest], ch->Record()));
   while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();
 }
 

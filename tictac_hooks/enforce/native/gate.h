@@ -141,7 +141,13 @@ class Gate {
   void Ready(const TicketPtr& ticket, int64_t nbytes, const std::string& error,
              HandBack hand_back, bool dead = false);
 
-  std::string StatsJson(bool include_active);
+  // The summary and step records. Finished records are numbered in the order they
+  // finished (seq, from 1, gate-wide; worker_seq, from 1, per destination): the reply
+  // holds those after `since` (0: every one still held), the active ones when asked,
+  // "last_seq" (the newest number given) and "dropped" (records after `since` that the
+  // history bound let go before this read). A reader that passes the last_seq of its
+  // previous read gets each record once and learns what it missed.
+  std::string StatsJson(bool include_active, int64_t since = 0);
   std::string ServedJson();
   std::string SummaryJson();
 
@@ -188,7 +194,10 @@ class Gate {
   int64_t next_step_seq_ = 0;
   std::unordered_map<int64_t, std::map<std::string, std::unique_ptr<Channel>>> steps_;
   std::unordered_map<int64_t, std::shared_ptr<Installed>> binding_;
-  std::deque<std::string> history_;  // finished (step, worker) records, as JSON
+  // Finished (step, worker) records, as JSON, with their seq; oldest first.
+  std::deque<std::pair<int64_t, std::string>> history_;
+  int64_t last_record_seq_ = 0;                           // seq of the newest record
+  std::unordered_map<std::string, int64_t> dest_records_;  // destination -> worker_seq
   std::unordered_set<std::string> served_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_by_dest_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;

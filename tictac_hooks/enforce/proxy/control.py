@@ -37,7 +37,8 @@ async def dispatch(rv: Any, request: bytes, context: aio.ServicerContext,
         elif verb == "Clear":
             result = {"version": rv.gate.clear()}
         elif verb == "Stats":
-            result = rv.stats(include_active=args.get("include_active", True))
+            result = rv.stats(include_active=args.get("include_active", True),
+                              since=args.get("since"))
         elif verb == "Served":
             result = {"names": rv.gate.served_names()}
         elif verb == "Ping":

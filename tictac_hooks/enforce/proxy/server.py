@@ -125,9 +125,13 @@ class Rendezvous:
         frame, iteration = rendezvous_key_frame(key)
         return self.gate.arrive(step_id, dest, name, tensor, frame, iteration)
 
-    def stats(self, include_active: bool = True) -> dict[str, Any]:
-        return {"ps": self.address, "upstream": self.upstream, **self.gate.summary(),
-                "steps": self.gate.records(include_active=include_active)}
+    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
+        """The gate's summary and records; with ``since``, a cursor's read
+        (:meth:`Gate.read`: the records after it, ``last_seq``, ``dropped``)."""
+        out = {"ps": self.address, "upstream": self.upstream, **self.gate.summary()}
+        if since is None:
+            return out | {"steps": self.gate.records(include_active=include_active)}
+        return out | self.gate.read(since, include_active)
 
     async def control(self, request: bytes, context: aio.ServicerContext, method: str) -> bytes:
         """A control call (see :mod:`tictac_hooks.enforce.proxy.control`)."""

@@ -1,0 +1,126 @@
+"""Reading every PS's step records once, and knowing what was missed.
+
+A gate keeps a bounded history of finished (step, worker) records, each numbered as it
+finished (``seq``; gate.h, ``Gate.read``). A :class:`RecordCursor` holds one long-lived
+client per PS and the number of the last record it read there: each read asks for the
+records after it, and the gate says how many of those its history bound let go
+(``dropped``). Nothing is read twice, and nothing is lost without being counted.
+
+Example:
+  cursor = RecordCursor(["127.0.0.1:2222"])
+  cursor.start()             # from now on: records finished after this call
+  new = cursor.read()        # CursorRead(steps=[GateStep, ...], dropped={address: 0})
+  cursor.close()
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import threading
+from typing import Callable, Sequence
+
+from tictac_hooks.enforce.api import GateClient, GateError
+from tictac_hooks.records import GateStep
+
+log = logging.getLogger("tictac")
+
+# A ``since`` past any record a gate will number: a read that only learns last_seq.
+TAIL = 1 << 53
+
+
+@dataclasses.dataclass(frozen=True)
+class CursorRead:
+    """What one read brought: the new records (finished ones once each, then the active
+    ones when asked for, seq 0), and per PS the records lost since the last read."""
+
+    steps: list[GateStep]
+    dropped: dict[str, int]
+
+
+class RecordCursor:
+    """One long-lived client per PS and the seq of the last record read there.
+
+    Args:
+      addresses: the PS addresses.
+      timeout_s: per control call (default 10 s).
+      connect: makes a client for an address (default enforce.client.connect).
+
+    Thread-safe: the reading thread and the training loop's own reads (at the switch,
+    at the end) share it.
+    """
+
+    def __init__(self, addresses: Sequence[str], timeout_s: float = 10.0,
+                 connect: Callable[[str, float], GateClient] | None = None) -> None:
+        if connect is None:
+            from tictac_hooks.enforce.client import connect as connect_to
+            connect = lambda a, t: connect_to(a, t)  # noqa: E731
+        self.addresses = list(addresses)
+        self.timeout_s = timeout_s
+        self._connect = connect
+        self._clients: dict[str, GateClient] = {}
+        self._since: dict[str, int] = {a: 0 for a in self.addresses}
+        self._lock = threading.Lock()
+        self.read_records: collections.Counter[str] = collections.Counter()  # finished
+        self.dropped: collections.Counter[str] = collections.Counter()
+        self.active_records = 0  # active records in the last read that asked for them
+        self.restarts: collections.Counter[str] = collections.Counter()
+
+    def _client(self, address: str) -> GateClient:
+        client = self._clients.get(address)
+        if client is None:
+            client = self._clients[address] = self._connect(address, self.timeout_s)
+        return client
+
+    def _stats(self, address: str, include_active: bool, since: int) -> dict:
+        try:
+            return self._client(address).stats(include_active, since=since)
+        except GateError:
+            client = self._clients.pop(address, None)  # reconnect on the next read
+            if client is not None:
+                client.close()
+            raise
+
+    def start(self) -> None:
+        """Skips every record finished before now (an earlier run's)."""
+        with self._lock:
+            for address in self.addresses:
+                self._since[address] = int(self._stats(address, False, TAIL)["last_seq"])
+
+    def read(self, include_active: bool = False) -> CursorRead:
+        """The records finished since the last read, at every PS (and the active ones,
+        if ``include_active``: they come again, finished, in a later read)."""
+        steps: list[GateStep] = []
+        dropped: dict[str, int] = {}
+        with self._lock:
+            active = 0
+            for address in self.addresses:
+                since = self._since[address]
+                reply = self._stats(address, include_active, since)
+                if int(reply["last_seq"]) < since:
+                    # The gate numbers from 1 again: the PS was restarted.
+                    self.restarts[address] += 1
+                    log.warning("TicTac: the PS at %s numbers its step records from 1 "
+                                "again (restarted?); reading all it holds", address)
+                    since = 0
+                    reply = self._stats(address, include_active, since)
+                self._since[address] = int(reply["last_seq"])
+                dropped[address] = int(reply["dropped"])
+                self.dropped[address] += dropped[address]
+                for s in reply["steps"]:
+                    step = GateStep.from_json(s, ps=address)
+                    if step.seq:
+                        self.read_records[address] += 1
+                    else:
+                        active += 1
+                    steps.append(step)
+            if include_active:
+                self.active_records = active
+        return CursorRead(steps, dropped)
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
