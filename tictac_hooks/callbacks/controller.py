@@ -276,6 +276,17 @@ class Controller:
         self.poll(include_active=False)
         self._find_lost_workers()
 
+    def wait_for_profiled_records(self, timeout_s: float = 30.0) -> bool:
+        """Reads (running steps' records too) until some profiled step of a destination
+        worker was recorded, or ``timeout_s`` passed; whether one was. For a switch
+        that does not join the loop's dispatched steps."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.poll()
+            if any(self.steplog.served.values()) or time.monotonic() > deadline:
+                return any(self.steplog.served.values())
+            time.sleep(0.05)
+
     # --- statistics ---------------------------------------------------------------------
     def poll(self, everything: bool = False, include_active: bool = True) -> list[WorkerStep]:
         """Reads the step records every PS finished since the last read (and, with
