@@ -558,11 +558,15 @@ def test_the_cursor_reads_each_record_once_and_reports_what_the_history_dropped(
         workers.close()
 
 
-def _drive(cb, gate, steps, worker_of=lambda i: WORKER, epoch=None):
-    """Runs the Keras callback's hooks over ``steps`` steps, each on ``worker_of(i)``."""
+def _drive(cb, gate, steps, worker_of=lambda i: WORKER, epoch=None, rerun_at=None):
+    """Runs the Keras callback's hooks over ``steps`` steps, each on ``worker_of(i)``;
+    at step ``rerun_at`` that step's worker first runs a closure again (what
+    ParameterServerStrategy does with a dead worker's step: a record, no dispatch)."""
     workers = Workers(gate, _dag())
     cb.on_train_begin()
     for i in range(steps):
+        if i == rerun_at:
+            workers.step(worker_of(i))
         workers.step(worker_of(i))
         cb.on_train_batch_end(i)
         if epoch and (i + 1) % epoch == 0:
@@ -633,20 +637,21 @@ def test_a_worker_that_stops_is_reported_once_and_its_last_step_is_unfinished(
     with inprocess.serve_in_process(PS, gate):
         cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS)
         # Both workers by turns for 40 steps, then worker 1 is gone: worker 0 runs its
-        # last closure again and 99 more.
+        # last closure again, and the 100 steps dispatched after.
         summary = _drive(cb, gate, 140, worker_of=lambda i: W1 if i < 40 and i % 2 else
-                         WORKER)
+                         WORKER, rerun_at=40)
     out = capsys.readouterr().out
     lost_lines = [line for line in out.splitlines() if " lost: " in line]
     assert len(lost_lines) == 1 and "worker_1" in lost_lines[0], out
     w1 = summary["workers"][W1]
     assert w1["lost"]["detected"] > w1["lost"]["last_step_start"], w1
     assert w1["unfinished"] == 1 and w1["steps"] == 19, w1
-    assert summary["workers"][WORKER]["steps"] == 120
-    # The counts add up: 140 dispatched = 139 steps that finished + 1 unfinished (its
-    # closure ran again on worker 0, where it counts once).
+    assert summary["workers"][WORKER]["steps"] == 121
+    # The counts add up: 140 dispatched = 140 steps recorded where they finished (the
+    # unfinished one's closure ran again on worker 0, where it counts once).
     records = summary["records"]
-    assert records["worker_steps"] + records["unfinished"] == records["dispatched"] == 140
+    assert records["worker_steps"] == records["dispatched"] == 140, records
+    assert records["unfinished"] == 1 and records["missing"] == 0, records
     assert summary["order"]["scheduled_steps"] <= 139 - PROFILE_STEPS + 1
 
 

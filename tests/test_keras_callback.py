@@ -492,7 +492,11 @@ def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tm
     print(f"\n{lost[0]}\n{records}")
     w1 = next(s for w, s in summary["workers"].items() if "/task:1/" in w)
     assert w1["unfinished"] == 1 and w1["lost"]["reason"].startswith("its task at"), w1
-    assert records["worker_steps"] + records["unfinished"] + records["missing"] \
-        == records["dispatched"] == 600, records
+    # Each training step once, where it finished: the killed worker's step that
+    # ParameterServerStrategy ran again on the survivor counts there (unfinished on
+    # the killed one); one it had finished counts where it ran.
+    assert records["worker_steps"] + records["missing"] == records["dispatched"] == 600, \
+        records
+    assert records["unfinished"] in (0, 1), records
     order = summary["order"]
     assert order["followed"] <= order["scheduled_steps"] <= records["worker_steps"]
