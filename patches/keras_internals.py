@@ -93,6 +93,32 @@ def examples_per_step(model: Any, steps: int) -> int | None:
     return None
 
 
+def steps_run(model: Any) -> int | None:
+    """Training steps the model ran so far, over every fit (tf_keras's
+    ``_train_counter``, which each step increments; None where unreadable). Reads one
+    variable; changes nothing."""
+    counter = getattr(model, "_train_counter", None)
+    if counter is None:
+        return None
+    try:
+        return int(counter.numpy())
+    except Exception:  # noqa: BLE001 - unreadable: no answer, not an error
+        return None
+
+
+def examples_this_epoch(model: Any) -> float | None:
+    """The examples fit's loss metric counted in the current epoch (None where the
+    model keeps no such metric). Reads one variable; changes nothing."""
+    for metric in getattr(model, "metrics", ()):
+        count = getattr(metric, "count", None)
+        if getattr(metric, "name", None) == "loss" and count is not None:
+            try:
+                return float(count.numpy())
+            except Exception:  # noqa: BLE001
+                return None
+    return None
+
+
 def allow_batch_hooks_under_pss(callback: Any) -> None:
     """Lets ``callback`` implement ``on_*_batch_end`` under ParameterServerStrategy."""
     callback._supports_tf_logs = True

@@ -89,6 +89,7 @@ class Workers:
 def _keras(settings: dict, dag: StepDAG, monkeypatch):
     from tictac_hooks import TicTac
     cb = TicTac(measure_compute=False, **settings)
+    cb.background_switch = False  # the switch at exactly step N (tested apart below)
     monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
     monkeypatch.setattr(cb, "_find_dag", lambda mode: dag)
     monkeypatch.setattr(cb, "_join", lambda: JOINS.append(1))
@@ -557,11 +558,15 @@ def test_the_cursor_reads_each_record_once_and_reports_what_the_history_dropped(
         workers.close()
 
 
-def _drive(cb, gate, steps, worker_of=lambda i: WORKER, epoch=None):
-    """Runs the Keras callback's hooks over ``steps`` steps, each on ``worker_of(i)``."""
+def _drive(cb, gate, steps, worker_of=lambda i: WORKER, epoch=None, rerun_at=None):
+    """Runs the Keras callback's hooks over ``steps`` steps, each on ``worker_of(i)``;
+    at step ``rerun_at`` that step's worker first runs a closure again (what
+    ParameterServerStrategy does with a dead worker's step: a record, no dispatch)."""
     workers = Workers(gate, _dag())
     cb.on_train_begin()
     for i in range(steps):
+        if i == rerun_at:
+            workers.step(worker_of(i))
         workers.step(worker_of(i))
         cb.on_train_batch_end(i)
         if epoch and (i + 1) % epoch == 0:
@@ -632,18 +637,63 @@ def test_a_worker_that_stops_is_reported_once_and_its_last_step_is_unfinished(
     with inprocess.serve_in_process(PS, gate):
         cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS)
         # Both workers by turns for 40 steps, then worker 1 is gone: worker 0 runs its
-        # last closure again and 99 more.
+        # last closure again, and the 100 steps dispatched after.
         summary = _drive(cb, gate, 140, worker_of=lambda i: W1 if i < 40 and i % 2 else
-                         WORKER)
+                         WORKER, rerun_at=40)
     out = capsys.readouterr().out
     lost_lines = [line for line in out.splitlines() if " lost: " in line]
     assert len(lost_lines) == 1 and "worker_1" in lost_lines[0], out
     w1 = summary["workers"][W1]
     assert w1["lost"]["detected"] > w1["lost"]["last_step_start"], w1
     assert w1["unfinished"] == 1 and w1["steps"] == 19, w1
-    assert summary["workers"][WORKER]["steps"] == 120
-    # The counts add up: 140 dispatched = 139 steps that finished + 1 unfinished (its
-    # closure ran again on worker 0, where it counts once).
+    assert summary["workers"][WORKER]["steps"] == 121
+    # The counts add up: 140 dispatched = 140 steps recorded where they finished (the
+    # unfinished one's closure ran again on worker 0, where it counts once).
     records = summary["records"]
-    assert records["worker_steps"] + records["unfinished"] == records["dispatched"] == 140
+    assert records["worker_steps"] == records["dispatched"] == 140, records
+    assert records["unfinished"] == 1 and records["missing"] == 0, records
     assert summary["order"]["scheduled_steps"] <= 139 - PROFILE_STEPS + 1
+
+
+def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):
+    """The Keras callback's default: the switch (here a DAG that takes 0.6 s to find)
+    runs on a thread of its own; fit's dispatch goes on in TensorFlow's order
+    meanwhile, each batch hook returning at once, and the order is installed when the
+    switch is done. The summary says what the switch took."""
+    import time
+
+    graph = _dag()
+
+    def slow_dag(mode):
+        time.sleep(0.6)
+        return StepDAG(graph)
+    from tictac_hooks import TicTac
+    cb = TicTac(measure_compute=False, algorithm="tic", profile_steps=PROFILE_STEPS,
+                check_rounds=0, window_bytes=0)
+    assert cb.background_switch
+    monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(cb, "_find_dag", slow_dag)
+    joins = []  # the switch does not join the dispatched steps; the end of fit does
+    monkeypatch.setattr(cb, "_join", lambda: joins.append(len(versions)))
+    workers = Workers(gate, graph, seed=5)
+    cb.on_train_begin()
+    hook_s, versions = [], []
+    for i in range(PROFILE_STEPS + 40):
+        workers.step()
+        versions.append(gate.records()[-1]["schedule_version"])
+        t0 = time.perf_counter()
+        cb.on_train_batch_end(i)
+        hook_s.append(time.perf_counter() - t0)
+        time.sleep(0.03)  # a step's time: the switch's 0.6 s spans about 20 of them
+    assert joins == []
+    cb.on_train_end()
+    summary = cb.summary
+    workers.close()
+    assert max(hook_s) < 0.1, max(hook_s)  # the switch's 0.6 s is not on this thread
+    first = next(i for i, v in enumerate(versions) if v is not None)
+    assert first > PROFILE_STEPS + 5, versions  # TensorFlow's order while switching
+    assert all(v is not None for v in versions[first:]), versions
+    assert summary["hook"]["switch_in_background_ms"] >= 600, summary["hook"]
+    worker = summary["workers"][WORKER]
+    assert worker["steps"] == len(versions)
+    assert summary["order"]["followed"] == summary["order"]["scheduled_steps"] > 0

@@ -89,10 +89,12 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
             assert len(times) >= 5 and all(v > 0 for _, v in times)
             assert scalars[order_run][f"tictac/block_step_time/{run}"]
         assert scalars[run]["tictac/choice"]
-    # The switch happens after exactly N steps (shared among the workers), and a step
-    # that holds TicTac's pause keeps a step time with the pause taken out; only the last
+    # The switch starts after N steps (shared among the workers) and runs while fit
+    # goes on in TensorFlow's order, so at least N steps are profiled; a step that
+    # holds TicTac's pause keeps a step time with the pause taken out; only the last
     # step, and a step lying wholly inside a pause (its own time is 0), have none.
-    assert profiled == n
+    assert profiled >= n, profiled
+    assert "is slow compared to the batch time" not in out.stderr  # tf_keras's check
     steps_written = {s for r in ("tensorflow_order", "tictac_order")
                      for s, _ in scalars[r]["tictac/step_time/worker_0"]}
     w0 = next(w for w in summary["workers"] if "/task:0" in w)
@@ -490,7 +492,11 @@ def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tm
     print(f"\n{lost[0]}\n{records}")
     w1 = next(s for w, s in summary["workers"].items() if "/task:1/" in w)
     assert w1["unfinished"] == 1 and w1["lost"]["reason"].startswith("its task at"), w1
-    assert records["worker_steps"] + records["unfinished"] + records["missing"] \
-        == records["dispatched"] == 600, records
+    # Each training step once, where it finished: the killed worker's step that
+    # ParameterServerStrategy ran again on the survivor counts there (unfinished on
+    # the killed one); one it had finished counts where it ran.
+    assert records["worker_steps"] + records["missing"] == records["dispatched"] == 600, \
+        records
+    assert records["unfinished"] in (0, 1), records
     order = summary["order"]
     assert order["followed"] <= order["scheduled_steps"] <= records["worker_steps"]

@@ -432,3 +432,46 @@ def test_a_step_loop_is_one_iteration_of_its_body():
     served = f"{prefix}/body/_1/" + loop.graph.recvs[0].name.split("/body/", 1)[1]
     assert naming.canonical_transfer_name(served) == loop.graph.recvs[0].name
     assert naming.canonical_transfer_name(f"edge_7_{served}") == loop.graph.recvs[0].name
+
+
+@pytest.mark.cluster
+def test_an_embedding_gather_on_the_ps_waits_for_the_ids_the_worker_sends():
+    """Graph mode, the benchmark's path: an embedding table on a real PS, looked up
+    with ids the worker computes. The PS runs the gather on ids it pulls from the
+    worker, so the worker's recv of the rows is a recv with inputs: it waits for the
+    worker's send of the ids (and so for what the ids are computed from)."""
+    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_free_port()}"],
+                                 "worker": [f"localhost:{_free_port()}"]})
+    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, start=True)
+               for job in ("ps", "worker")]
+    g = tf.Graph()
+    with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
+            cluster=spec, worker_device="/job:worker/task:0")):
+        x = tf.compat.v1.placeholder(tf.float32, [8, 4])
+        table = tf.compat.v1.get_variable("table", [50, 6], use_resource=True)
+        w = tf.compat.v1.get_variable("w", [6, 1], use_resource=True)
+        ids = tf.cast(tf.abs(x[:, 0]) * 10.0, tf.int64) % 50
+        rows = tf.nn.embedding_lookup(table, ids)
+        loss = tf.reduce_mean(tf.matmul(rows, w))
+        train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                      output_partition_graphs=True)
+    md = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(servers[1].target, graph=g) as sess:
+        sess.run(init)
+        sess.run(train, {x: np.ones([8, 4], np.float32)}, options=options, run_metadata=md)
+    ext = partition.extract_partition_graphs(md.partition_graphs)
+    g2 = ext.graph
+    with_inputs = [r for r in g2.recvs if r.inputs]
+    assert len(with_inputs) == 1, [(r.name, r.inputs) for r in g2.recvs]
+    gather = with_inputs[0]
+    assert "embedding_lookup" in gather.name, gather.name
+    # It waits for a _Send of the worker, which depends on the ids' computation.
+    assert all(ext.op_types[i] == "_Send" for i in gather.inputs), gather.inputs
+    send_inputs = {i for op in g2.ops if op.name in gather.inputs for i in op.inputs}
+    assert any(ext.op_types.get(i) == "Mod" or "mod" in i for i in send_inputs), send_inputs
+    # The plain reads have none; the order lists the gather like any recv.
+    assert all(not r.inputs for r in g2.recvs if r is not gather)
+    from tictac_hooks.graph.algorithms import compute_order
+    assert gather.name in compute_order(g2, "tic").order

@@ -276,6 +276,17 @@ class Controller:
         self.poll(include_active=False)
         self._find_lost_workers()
 
+    def wait_for_profiled_records(self, timeout_s: float = 30.0) -> bool:
+        """Reads (running steps' records too) until some profiled step of a destination
+        worker was recorded, or ``timeout_s`` passed; whether one was. For a switch
+        that does not join the loop's dispatched steps."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.poll()
+            if any(self.steplog.served.values()) or time.monotonic() > deadline:
+                return any(self.steplog.served.values())
+            time.sleep(0.05)
+
     # --- statistics ---------------------------------------------------------------------
     def poll(self, everything: bool = False, include_active: bool = True) -> list[WorkerStep]:
         """Reads the step records every PS finished since the last read (and, with
@@ -767,16 +778,25 @@ class Controller:
             self._reading = None
 
     def records_summary(self) -> dict[str, Any]:
-        """What was read: training steps dispatched, worker steps recorded, steps
-        missing in gaps and unfinished (a lost worker's last), and per PS the records
-        read and dropped (finished ones; the active ones of the last read beside)."""
+        """What was read: training steps dispatched; worker steps recorded, each
+        training step once, where it finished; steps missing in gaps (so that
+        worker_steps + missing = dispatched); unfinished: lost workers' last steps that
+        another worker ran again (counted there); and per PS the records read and
+        dropped (finished ones; the active ones of the last read beside)."""
         if self.cursor is None:
             return {"dispatched": self.dispatched}
         workers = self.steplog.summary()["workers"].values()
+        recorded = sum(w["steps"] for w in workers)
+        missing = sum(w["missing"] for w in workers)
+        held = sum(w.get("unfinished", 0) for w in workers)  # lost workers' last steps
+        # A closure whose worker died mid-step ParameterServerStrategy runs again on
+        # another worker, where it is recorded: it counts once, there. A lost worker's
+        # last step that no other worker ran again had finished where it started.
+        rerun = min(held, max(0, recorded + missing + held - self.dispatched))
         return {"dispatched": self.dispatched,
-                "worker_steps": sum(w["steps"] for w in workers),
-                "missing": sum(w["missing"] for w in workers),
-                "unfinished": sum(w.get("unfinished", 0) for w in workers),
+                "worker_steps": recorded + held - rerun,
+                "missing": missing,
+                "unfinished": rerun,
                 "read": sum(self.cursor.read_records.values()) + self.cursor.active_records,
                 "dropped": sum(self.cursor.dropped.values()),
                 "per_ps": {ps: {"read": self.cursor.read_records[ps],

@@ -28,6 +28,7 @@ import array
 import contextlib
 import dataclasses
 import statistics
+import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -67,12 +68,20 @@ class StepDriver:
         gates' history needs, and on :meth:`epoch_end`); reads run on a thread of their
         own.
       training: whether the steps train (the ``align`` setting's "auto" picks by it).
+      background_switch: run the switch (finding the DAG, the compute profile,
+        computing and installing the order) on a thread of its own while the loop goes
+        on dispatching in TensorFlow's order, instead of holding the loop; ``join``
+        is then not called for it (the switch waits for the gates' records of the
+        profiled steps instead). The Keras callback uses it: fit's dispatch of a step
+        takes well under a millisecond under ParameterServerStrategy, and tf_keras
+        warns about a batch hook that takes longer than that.
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
                  find_dag: Callable[[], StepDAG], join: Callable[[], None] | None = None,
                  install: bool = True, destination_jobs: Sequence[str] = ("worker",),
-                 poll_every: int | None = None, training: bool = True) -> None:
+                 poll_every: int | None = None, training: bool = True,
+                 background_switch: bool = False) -> None:
         self.controller = Controller(ps_addresses, settings, install=install,
                                      destination_jobs=destination_jobs, join=join,
                                      training=training)
@@ -86,6 +95,10 @@ class StepDriver:
         # on purpose (the switch, the order check's block boundaries).
         self._cost = array.array("d")
         self._held_cost: dict[str, list[float]] = {"switch": [], "check": []}
+        self.background_switch = background_switch
+        self._switching: threading.Thread | None = None  # the switch in the background
+        self._switched = threading.Event()
+        self.switch_seconds: float | None = None  # how long the background switch took
 
     def start(self) -> "StepDriver":
         """Reaches every PS's gate (clear error if one has none), clears old orders and
@@ -108,13 +121,26 @@ class StepDriver:
         self.steps += count
         self.controller.steps_dispatched(count)
         if before < self.settings.profile_steps <= self.steps:
-            self.switch()
-            self._held_cost["switch"].append(time.perf_counter() - t0)
-            return
+            if self.background_switch:
+                self._switching = threading.Thread(target=self._switch_in_background,
+                                                   name="tictac-switch", daemon=True)
+                self._switching.start()
+            else:
+                self.switch()
+                self._held_cost["switch"].append(time.perf_counter() - t0)
+                return
+        if self._switching is not None:
+            if not self._switched.is_set():  # still switching: TensorFlow's order
+                self._record_cost(time.perf_counter() - t0, holds)
+                return
+            self._switching.join()
+            self._switching = None  # installed: this call is the first after it
         if before >= self.settings.profile_steps:
             for _ in range(count):  # the order check counts training steps
                 self.controller.step_dispatched()
-        took = time.perf_counter() - t0
+        self._record_cost(time.perf_counter() - t0, holds)
+
+    def _record_cost(self, took: float, holds: int) -> None:
         if self.controller.holds != holds:
             self._held_cost["check"].append(took)
         elif len(self._cost) < _KEEP_COSTS:
@@ -139,6 +165,8 @@ class StepDriver:
             if costs:
                 out[f"{kind}_steps"] = len(costs)
                 out[f"{kind}_worst_ms"] = max(costs) * 1e3
+        if self.switch_seconds is not None and self.background_switch:
+            out["switch_in_background_ms"] = self.switch_seconds * 1e3
         return out
 
     def switch(self) -> None:
@@ -154,6 +182,25 @@ class StepDriver:
             except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
                 self.controller.not_ordered(e)
 
+    def _switch_in_background(self) -> None:
+        """The switch, off the loop's thread: finds the DAG, waits until the gates have
+        records of profiled steps (no join: the loop keeps dispatching; the switch reads
+        the records of steps still running too, so the served names are every profiled
+        step's), then computes and installs the order. The steps dispatched meanwhile run in TensorFlow's order; those the
+        install falls inside are left out of the medians (the controller marks the
+        switch's interval). Never raises: a failure is one line, TensorFlow's order."""
+        t0 = time.perf_counter()
+        try:
+            dag = self._find_dag()  # seconds: the profiled steps finish meanwhile
+            self.controller.wait_for_profiled_records()
+            self.controller.switch(dag.graphs, dag.compute_times,
+                                   bandwidth=dag.bandwidth, late=set(dag.late))
+        except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
+            self.controller.not_ordered(e)
+        finally:
+            self.switch_seconds = time.perf_counter() - t0
+            self._switched.set()
+
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
         """Time TicTac itself holds the loop (profiling, tracing, the switch): the steps
@@ -165,7 +212,10 @@ class StepDriver:
             self.controller.mark_pause(start, time.time())
 
     def suspend(self) -> None:
-        """TensorFlow's own order for a while (e.g. validation inside fit)."""
+        """TensorFlow's own order for a while (e.g. validation inside fit); a switch
+        still running in the background finishes first."""
+        if self._switching is not None:
+            self._switching.join()
         self.controller.suspend()
 
     def resume(self) -> None:
@@ -174,6 +224,9 @@ class StepDriver:
     def finish(self) -> dict[str, Any]:
         """Waits for dispatched steps, reads the last records, writes the logs; returns
         the summary."""
+        if self._switching is not None:  # training ended while switching
+            self._switching.join()
+            self._switching = None
         if self._join is not None:
             self._join()
         return self.controller.finish(hook=self.hook_cost())

@@ -137,7 +137,11 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         # The last batch index fit reported per mode, in the current epoch: a call
         # that runs steps_per_execution steps reports its last step's index.
         self._last_batch: dict[str, int] = {}
+        # The switch runs on a thread of its own while fit goes on (StepDriver).
+        self.background_switch = True
         self._batches = 0                            # steps of the current epoch so far
+        self._counter_at_begin: int | None = None    # the model's step counter at fit
+        self._epoch_first_step = 0                   # training steps before this epoch
         # Batch-level hooks under ParameterServerStrategy (logs stay RemoteValues).
         from tictac_hooks.patches import keras_internals
         keras_internals.allow_batch_hooks_under_pss(self)
@@ -148,10 +152,15 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         super().set_model(model)
 
     def on_train_begin(self, logs: Any = None) -> None:
+        from tictac_hooks.patches import keras_internals
+        self._counter_at_begin = keras_internals.steps_run(self.model)
+        self._epoch_first_step = 0
         self._begin("train")
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._last_batch["train"] = -1
+        # Every step of earlier epochs ran (fit syncs at an epoch's end).
+        self._epoch_first_step = self._driver.steps if self._driver else 0
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._driver and self._mode == "train":
@@ -202,9 +211,12 @@ class TicTac(_callback_base()):  # type: ignore[misc]
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers).
         jobs = ("chief",) if mode == "predict" else ("worker",)
+        # The switch leaves fit's dispatch thread (a step's dispatch takes well under
+        # a millisecond; the switch seconds): fit goes on in TensorFlow's order meanwhile.
         driver = StepDriver(self._ps_addresses(), settings,
                             find_dag=lambda: self._find_dag(mode), join=self._join,
-                            destination_jobs=jobs, training=mode == "train")
+                            destination_jobs=jobs, training=mode == "train",
+                            background_switch=self.background_switch)
         self.controller = driver.controller
         driver.controller.worker_addresses = self._worker_addresses()
         driver.start()
@@ -257,10 +269,24 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         dag = dag_of(concrete, None, self.bandwidth)
         if self.measure_compute or self.controller.settings.algorithm == "tac":
             from tictac_hooks.patches import keras_internals
-            batch = keras_internals.examples_per_step(self.model, self._batches) \
-                if mode != "predict" else None
+            batch = self._batch_size() if mode != "predict" else None
             dag.compute_times = profile_for(self.controller, concrete, dag, batch)
         return dag
+
+
+    def _batch_size(self) -> int | None:
+        """The batch size fit feeds, for the compute profile: the examples the loss
+        metric counted this epoch over the steps that ran this epoch. The switch runs
+        while fit goes on (background_switch), so the steps that ran are read from the
+        model's step counter (at the same time as the examples) rather than taken as
+        the steps dispatched."""
+        from tictac_hooks.patches import keras_internals
+        examples = keras_internals.examples_this_epoch(self.model)
+        ran = keras_internals.steps_run(self.model)
+        if examples is None or ran is None or self._counter_at_begin is None:
+            return keras_internals.examples_per_step(self.model, self._batches)
+        steps = ran - self._counter_at_begin - self._epoch_first_step
+        return max(1, round(examples / steps)) if steps >= 1 and examples > 0 else None
 
 
 _MODE_FUNCTION = {"train": "train_function", "test": "test_function",

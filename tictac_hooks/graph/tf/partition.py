@@ -42,8 +42,11 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
       ``send_device`` is a ``ps_job`` task is a recv op, named after the sending node
       (the ``tensor_name`` attr without its ``edge_<n>_`` prefix, as in the rendezvous
       key), on channel ``"<ps_job>:<task>"``; ``name_map`` maps the partition node name
-      to it. Recv nodes that have control inputs in the GraphDef lose them (a recv is a
-      root of the DAG), recorded in ``dropped_inputs``. When TensorFlow sends one
+      to it. Recv nodes that have control inputs in the GraphDef lose them (recorded in
+      ``dropped_inputs``). A recv whose sending node on the PS computes on data this
+      worker sent (an embedding gather on the worker's ids, through data edges of the
+      PS's partition) waits for the worker's ``_Send`` nodes of that data: a recv with
+      inputs. When TensorFlow sends one
       tensor over two partition edges (a kernel read for the forward pass and again for
       its gradient), each reception is its own recv named by its full ``tensor_name``
       (``edge_<n>_<name>``, stable for a partitioned graph), so that a schedule orders
@@ -99,6 +102,7 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
                 and (task_of(n.attr["send_device"].s.decode()) or "").startswith(ps_job + ":")]
     copies = collections.Counter(sending_node_name(n.attr["tensor_name"].s.decode())
                                  for n in ps_recvs)
+    fed_by = _worker_data_feeding_ps_nodes(by_task, wanted, ps_job)
     for n in ps_recvs:
         src = task_of(n.attr["send_device"].s.decode())
         tensor_name = n.attr["tensor_name"].s.decode()
@@ -107,7 +111,13 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
             warnings.append(f"{name} is received {copies[name]} times; its reception "
                             f"{n.name} is scheduled as {tensor_name}")
             name = tensor_name
-        recvs[name] = Op(name=name, kind=RECV, channel=src, bytes=_node_bytes(n))
+        # A PS node that computes on data this worker sent (an embedding gather on
+        # the ids): the recv waits for the worker's sends of that data.
+        waits_for = tuple(sends[t] for t in sorted(fed_by.get(sending_node_name(tensor_name),
+                                                                ()))
+                          if t in sends)
+        recvs[name] = Op(name=name, kind=RECV, inputs=waits_for, channel=src,
+                         bytes=_node_bytes(n))
         if n.input:
             dropped[name] = tuple(_input_node(i)[0] for i in n.input)
         name_map[n.name] = name
@@ -138,6 +148,41 @@ def extract_partition_graphs(partition_graphs: Sequence[Any], worker: str | None
         op_types[n.name] = n.op
     return Extraction(graph=Graph(ops), name_map=name_map, op_types=op_types,
                       dropped_inputs=dropped, warnings=tuple(warnings))
+
+
+def _worker_data_feeding_ps_nodes(by_task: Mapping[str, list[Any]], worker: str,
+                                  ps_job: str) -> dict[str, set[str]]:
+    """PS node name -> the tensor names (``edge_<n>_<node>``) of data ``worker`` sent
+    to the PS that the node computes on, through data edges of the PS's partition
+    (an embedding gather on ids the worker computed: ``ResourceGather`` <- ``_Recv``
+    from the worker). Control edges are not followed: a read ordered after an update
+    that the worker's gradients feed is still a read of what is on the PS."""
+    out: dict[str, set[str]] = {}
+    for task, graph_defs in by_task.items():
+        if not task.startswith(ps_job + ":"):
+            continue
+        nodes = {n.name: n for gd in graph_defs for n in gd.node if task_of(n.device) == task}
+        memo: dict[str, frozenset[str]] = {}
+
+        def fed(name: str, depth: int = 0) -> frozenset[str]:
+            if name in memo:
+                return memo[name]
+            memo[name] = frozenset()  # cycles (loops) end here
+            node = nodes.get(name)
+            if node is None or depth > 200:
+                return frozenset()
+            if node.op in _RECV_NODE_OPS and "send_device" in node.attr:
+                found = frozenset({node.attr["tensor_name"].s.decode()}) \
+                    if task_of(node.attr["send_device"].s.decode()) == worker else frozenset()
+            else:
+                found = frozenset().union(*(fed(_input_node(i)[0], depth + 1)
+                                            for i in node.input if not i.startswith("^")))
+            memo[name] = found
+            return found
+        for name in nodes:
+            if fed(name):
+                out.setdefault(name, set()).update(fed(name))
+    return out
 
 
 def graph_from_partition_graphs(partition_graphs: Sequence[Any], worker: str | None = None,
