@@ -227,14 +227,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _ps_and_worker():
+    """A real in-process PS and worker (tf.distribute.Server) on localhost."""
+    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_free_port()}"],
+                                 "worker": [f"localhost:{_free_port()}"]})
+    return spec, [tf.distribute.Server(spec, job_name=job, task_index=0, start=True)
+                  for job in ("ps", "worker")]
+
+
 @pytest.fixture(scope="module")
 def graph_mode_run():
     """Three FULL_TRACE steps of a 2-layer model, variables on a real in-process PS,
     compute on a real in-process worker, talking gRPC over localhost."""
-    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_free_port()}"],
-                                 "worker": [f"localhost:{_free_port()}"]})
-    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, start=True)
-               for job in ("ps", "worker")]
+    spec, servers = _ps_and_worker()
     g = tf.Graph()
     with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=spec, worker_device="/job:worker/task:0")):
@@ -440,10 +445,7 @@ def test_an_embedding_gather_on_the_ps_waits_for_the_ids_the_worker_sends():
     with ids the worker computes. The PS runs the gather on ids it pulls from the
     worker, so the worker's recv of the rows is a recv with inputs: it waits for the
     worker's send of the ids (and so for what the ids are computed from)."""
-    spec = tf.train.ClusterSpec({"ps": [f"localhost:{_free_port()}"],
-                                 "worker": [f"localhost:{_free_port()}"]})
-    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, start=True)
-               for job in ("ps", "worker")]
+    spec, servers = _ps_and_worker()
     g = tf.Graph()
     with g.as_default(), tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
             cluster=spec, worker_device="/job:worker/task:0")):

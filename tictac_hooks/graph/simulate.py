@@ -210,13 +210,7 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
         return _simulate_events(graph, times, channel_sequences(graph, schedule, seed),
                                 resources)
     ops = graph.ops
-    index = {op.name: i for i, op in enumerate(ops)}
-    consumers: list[list[int]] = [[] for _ in ops]
-    waiting = [0] * len(ops)
-    for i, op in enumerate(ops):
-        for name in set(op.inputs):
-            consumers[index[name]].append(i)
-            waiting[i] += 1
+    consumers, waiting = _edges(graph)
     finish = [0.0] * len(ops)
     ready_at = [0.0] * len(ops)
     ready: list[tuple[float, int]] = []
@@ -256,6 +250,18 @@ def simulate(graph: Graph, schedule: Schedule | None = None, seed: int = 0,
                      finish={op.name: finish[i] for i, op in enumerate(ops)})
 
 
+def _edges(graph: Graph) -> tuple[list[list[int]], list[int]]:
+    """Per op index: the indices of its consumers, and how many inputs it waits for."""
+    index = {op.name: i for i, op in enumerate(graph.ops)}
+    consumers: list[list[int]] = [[] for _ in graph.ops]
+    waiting = [0] * len(graph.ops)
+    for i, op in enumerate(graph.ops):
+        for name in set(op.inputs):
+            consumers[index[name]].append(i)
+            waiting[i] += 1
+    return consumers, waiting
+
+
 def _simulate_events(graph: Graph, times: list[float], sequences: Mapping[str, list[int]],
                      resources: Mapping[str, str] | None) -> SimResult:
     """:func:`simulate` for graphs with recvs that have inputs, event by event: a
@@ -263,13 +269,7 @@ def _simulate_events(graph: Graph, times: list[float], sequences: Mapping[str, l
     inputs are done (the gate holds the ones behind a transfer that is not ready); a
     processor runs the ready compute op that became ready first."""
     ops = graph.ops
-    index = {op.name: i for i, op in enumerate(ops)}
-    consumers: list[list[int]] = [[] for _ in ops]
-    waiting = [0] * len(ops)
-    for i, op in enumerate(ops):
-        for name in set(op.inputs):
-            consumers[index[name]].append(i)
-            waiting[i] += 1
+    consumers, waiting = _edges(graph)
     finish = [0.0] * len(ops)
     ready_at = [0.0] * len(ops)
     events: list[tuple[float, int, int]] = []  # (finish time, tie-break, op)
