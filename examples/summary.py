@@ -16,8 +16,15 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     chosen = (summary.get("check") or {}).get("chosen")
     kept = f", {chosen.upper()} kept by the order check" if chosen and \
         chosen != c.settings.algorithm else ""
-    print(f"\nTicTac ({c.settings.algorithm}{kept}): switched after "
-          f"{c.settings.profile_steps} steps; "
+    hook = summary.get("hook") or {}
+    switched = f"switched after {c.settings.profile_steps} steps"
+    if "switch_in_background_ms" in hook:
+        at = hook.get("installed_at_step")
+        switched = (f"switch began after {c.settings.profile_steps} steps and took "
+                    f"{hook['switch_in_background_ms'] / 1e3:.1f} s while fit went on; "
+                    + (f"TicTac's order from step {at + 1} on" if at is not None
+                       else "fit ended before it was in place"))
+    print(f"\nTicTac ({c.settings.algorithm}{kept}): {switched}; "
           f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
     if c.coverage is not None:
         print(f"  the order lists {c.coverage.phrase()}")

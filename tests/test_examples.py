@@ -63,8 +63,10 @@ def test_graph_mode_between_graph_every_worker_follows_the_chiefs_order(tmp_path
 def test_inference_with_evaluate_follows_the_order(tmp_path):
     # --tictac_check_rounds=0: every step after the switch runs TicTac's order here (the
     # order check has its own tests in test_keras_callback.py and test_order_check.py).
-    run("inference.py", "--network=loopback", "--tictac_check_rounds=0", "--steps=40",
-        "--tictac_profile_steps=12",
+    # --notictac_measure_compute: the switch (on a thread of its own while evaluate goes
+    # on in TensorFlow's order) installs TIC within a second, without the profile.
+    run("inference.py", "--network=loopback", "--tictac_check_rounds=0", "--steps=80",
+        "--tictac_profile_steps=12", "--notictac_measure_compute",
         f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     check_followed(tmp_path / "s.json", min_scheduled=20)
 

@@ -21,10 +21,12 @@ import pytest
 pytestmark = pytest.mark.cluster
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "ps_workloads_train.py")
-# Short runs: 8 profiled steps, then TAC's order; no order check (it has its own
-# tests), no tutorial callbacks (checkpoints cost seconds and change nothing here).
-QUICK = ("--network=loopback", "--steps_per_execution=1", "--steps=24",
-         "--steps_per_epoch=12", "--tictac_profile_steps=8", "--tictac_check_rounds=0",
+# Short runs: 8 profiled steps, then TAC's order once the switch (the compute profile
+# takes seconds, while fit goes on in TensorFlow's order) installed it; no order check
+# (it has its own tests), no tutorial callbacks (checkpoints cost seconds and change
+# nothing here).
+QUICK = ("--network=loopback", "--steps_per_execution=1", "--steps=300",
+         "--steps_per_epoch=100", "--tictac_profile_steps=8", "--tictac_check_rounds=0",
          "--notutorial_callbacks", "--ps=2")
 
 
@@ -85,6 +87,8 @@ def test_the_workload_is_ordered_by_tac_and_trains_the_same_weights(model, tmp_p
     bytes (embedding gathers, tied and sharded variables included) and every scheduled
     step follows it; the weights are bit for bit those of fit without TicTac."""
     extra = ["--min_shard_bytes=65536"] if model == "sharded_mlp" else []
+    if model in ("recommender", "reverse_declared"):
+        extra.append("--steps=900")  # steps of a few ms: the switch takes seconds
     out, summary, weights = run_both(tmp_path, f"--model={model}", *extra)
     check_tac_ran(out, summary)
     check_coverage(summary)
@@ -120,14 +124,15 @@ def test_the_tutorial_with_steps_per_execution_10_trains_in_tictacs_order(tmp_pa
     """TensorFlow's PS tutorial, Keras fit section: the partitioner over 2 PS,
     StringLookup + Embedding + Dense, steps_per_execution=10, DatasetCreator, its
     TensorBoard / ModelCheckpoint / BackupAndRestore callbacks, plus TicTac(). fit
-    finishes; the order is installed after 20 training steps (2 calls) and every
+    finishes; the switch begins after 20 training steps (2 calls), and every
     scheduled training step (each iteration of a call) follows it; the per-worker
     step counts add up to the training steps."""
-    steps = 120
+    steps = 300
     out, summary = run_workload(
         tmp_path, "--model=tutorial", "--ps=2", "--workers=2", f"--steps={steps}",
-        "--steps_per_epoch=60", "--steps_per_execution=10", "--tictac_profile_steps=20",
-        "--tictac_check_rounds=1", "--tictac_check_block_steps=10")
+        "--steps_per_epoch=100", "--steps_per_execution=10", "--tictac_profile_steps=20",
+        "--tictac_check_rounds=1", "--tictac_check_block_steps=10",
+        "--notictac_measure_compute")
     assert "[tictac] profiling 20 steps" in out.stdout, out.stdout
     assert "[tictac] installed on" in out.stdout, out.stdout
     assert "own transfer order kept" not in out.stdout, out.stdout

@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "check_block_steps": 20,
     "recheck_every": 5000,
     "align": "auto",
+    "measure_compute": True,
 }
 
 flags.DEFINE_enum(
@@ -84,6 +85,12 @@ flags.DEFINE_integer(
     "Run the order check again this many training steps after each decision, so a "
     "job whose best order changes (other load, another phase of training) follows it "
     "(default 5000; 0: check once).", lower_bound=0)
+flags.DEFINE_boolean(
+    "tictac_measure_compute", DEFAULTS["measure_compute"],
+    "Profile per-op compute times at the switch (in a child process, a few seconds, "
+    "while training goes on in TensorFlow's order), for TAC in the order check and "
+    "for the per-step efficiency E (default true; --notictac_measure_compute: TIC "
+    "alone, installed within a second of the switch; tac always profiles).")
 flags.DEFINE_enum(
     "tictac_align", DEFAULTS["align"], list(ALIGN_CHOICES),
     "How a PS shares its link among the workers of one step while it paces: on, each "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -209,6 +210,7 @@ class Controller:
         self.schedule: Schedule | None = None
         self.steplog = StepLog(destination_jobs)
         self._pauses: list[tuple[float, float]] = []
+        self._beside: list[list[float]] = []  # [start, end] of work beside the loop
         self._link_rate: float | None = None
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
@@ -303,7 +305,7 @@ class Controller:
             if everything:
                 self._find_lost_workers()
             records = self.steplog.finalize(self._paused_within, self._efficiency,
-                                            everything)
+                                            everything, beside=self._beside_within)
             if self._check_n >= 0:
                 self._after_switch.extend(r for r in records if r.phase != PROFILING)
                 del self._after_switch[:-_KEEP_CHECK_RECORDS]
@@ -365,6 +367,22 @@ class Controller:
         """Seconds of TicTac's own pauses inside [start, end]."""
         return sum(max(0.0, min(end, p1) - max(start, p0)) for p0, p1 in self._pauses)
 
+    def _beside_within(self, start: float, end: float) -> bool:
+        """Whether TicTac's own work ran beside the loop during [start, end]."""
+        return any(min(end, b[1]) > max(start, b[0]) for b in self._beside)
+
+    def begin_beside(self) -> list[float]:
+        """TicTac's own work starts beside the loop (a switch in the background): the
+        steps it overlaps get no step time (they share the machine with it). Returns
+        the interval, whose end :meth:`end_beside` sets."""
+        interval = [time.time(), math.inf]
+        self._beside.append(interval)
+        return interval
+
+    @staticmethod
+    def end_beside(interval: list[float]) -> None:
+        interval[1] = time.time()
+
     def served_transfers(self) -> dict[str, set[str]]:
         """worker -> names of the transfers the PSes served it during profiling."""
         return dict(self.steplog.served)
@@ -377,8 +395,8 @@ class Controller:
     # --- the switch ---------------------------------------------------------------------
     def switch(self, graphs: Graph | Mapping[str, Graph],
                compute_times: Mapping[str, float] | None = None,
-               bandwidth: float | None = None, late: "set[str] | None" = None
-               ) -> Schedule | None:
+               bandwidth: float | None = None, late: "set[str] | None" = None,
+               holds_loop: bool = True) -> Schedule | None:
         """Computes the order and installs it on every PS.
 
         ``graphs`` is the worker's DAG as traced, or one DAG per worker task when the
@@ -444,7 +462,8 @@ class Controller:
             self._install(parts)
             self._installed = algorithm
         self.steplog.switched_at = _time.time()
-        self.mark_pause(pause_start, _time.time())
+        if holds_loop:
+            self.mark_pause(pause_start, _time.time())
         if self._writer:
             self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses),
                                   self.coverage.phrase(), self.coverage.bytes_share)

@@ -99,6 +99,7 @@ class StepDriver:
         self._switching: threading.Thread | None = None  # the switch in the background
         self._switched = threading.Event()
         self.switch_seconds: float | None = None  # how long the background switch took
+        self.installed_at_step: int | None = None  # training steps dispatched by then
 
     def start(self) -> "StepDriver":
         """Reaches every PS's gate (clear error if one has none), clears old orders and
@@ -135,6 +136,7 @@ class StepDriver:
                 return
             self._switching.join()
             self._switching = None  # installed: this call is the first after it
+            self.installed_at_step = before
         if before >= self.settings.profile_steps:
             for _ in range(count):  # the order check counts training steps
                 self.controller.step_dispatched()
@@ -167,6 +169,9 @@ class StepDriver:
                 out[f"{kind}_worst_ms"] = max(costs) * 1e3
         if self.switch_seconds is not None and self.background_switch:
             out["switch_in_background_ms"] = self.switch_seconds * 1e3
+            # Training steps dispatched when the order was in place (None: fit ended
+            # first); from the next one on, TicTac's order.
+            out["installed_at_step"] = self.installed_at_step
         return out
 
     def switch(self) -> None:
@@ -190,14 +195,16 @@ class StepDriver:
         install falls inside are left out of the medians (the controller marks the
         switch's interval). Never raises: a failure is one line, TensorFlow's order."""
         t0 = time.perf_counter()
+        beside = self.controller.begin_beside()
         try:
             dag = self._find_dag()  # seconds: the profiled steps finish meanwhile
             self.controller.wait_for_profiled_records()
-            self.controller.switch(dag.graphs, dag.compute_times,
-                                   bandwidth=dag.bandwidth, late=set(dag.late))
+            self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
+                                   late=set(dag.late), holds_loop=False)
         except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
             self.controller.not_ordered(e)
         finally:
+            self.controller.end_beside(beside)
             self.switch_seconds = time.perf_counter() - t0
             self._switched.set()
 

@@ -64,7 +64,10 @@ class TicTac(_callback_base()):  # type: ignore[misc]
       bandwidth: link rate in bytes/s, finite and > 0, for TAC's transfer times
         (default: measured from the profiled steps).
       measure_compute: profile per-op compute times (in a child process) for TAC and
-        for the per-step efficiency E in TensorBoard (default: True).
+        for the per-step efficiency E in TensorBoard (default True,
+        ``--tictac_measure_compute``). The switch runs on a thread of its own while fit
+        goes on in TensorFlow's order; the profile takes it a few seconds, without it
+        TIC is installed within a second.
       stats_every: read step statistics from the PSes every N epochs, a whole number
         >= 1 (default 1, ``--tictac_stats_every``).
       window_bytes: the proxy rendezvous's look-ahead window: scheduled transfers may be
@@ -103,7 +106,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
 
     def __init__(self, algorithm: str | None = None, profile_steps: int | None = None,
                  log_dir: str | None = None, skip_timeout: float | None = None,
-                 bandwidth: float | None = None, measure_compute: bool = True,
+                 bandwidth: float | None = None, measure_compute: bool | None = None,
                  stats_every: int | None = None, window_bytes: int | None = None,
                  check_rounds: int | None = None,
                  check_block_steps: int | None = None,
@@ -115,8 +118,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                        recheck_every=recheck_every, align=align)
         if bandwidth is not None:
             checks.positive_number("bandwidth", bandwidth, "bytes per second")
-        if not isinstance(measure_compute, bool):
-            raise ValueError(f"measure_compute must be True or False, got {measure_compute!r}")
+        if measure_compute is not None and not isinstance(measure_compute, bool):
+            raise ValueError(f"measure_compute must be True, False or None (the "
+                             f"--tictac_measure_compute flag), got {measure_compute!r}")
         super().__init__()
         self.window_bytes = window_bytes
         self.algorithm = algorithm
@@ -267,7 +271,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         concrete = traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
                                    f"Keras's {mode} function")
         dag = dag_of(concrete, None, self.bandwidth)
-        if self.measure_compute or self.controller.settings.algorithm == "tac":
+        from tictac_hooks import flags as tictac_flags
+        measure = tictac_flags.setting("measure_compute", self.measure_compute)
+        if measure or self.controller.settings.algorithm == "tac":
             from tictac_hooks.patches import keras_internals
             batch = self._batch_size() if mode != "predict" else None
             dag.compute_times = profile_for(self.controller, concrete, dag, batch)

@@ -188,11 +188,15 @@ class StepLog:
 
     def finalize(self, paused: Callable[[float, float], float],
                  efficiency: Callable[[_Pending, float | None], float | None],
-                 everything: bool = False) -> list[WorkerStep]:
+                 everything: bool = False,
+                 beside: Callable[[float, float], bool] | None = None) -> list[WorkerStep]:
         """Finalizes every pending step that has a successor (all, if ``everything``).
 
         ``paused(start, end)`` gives the seconds of TicTac's own pauses inside a step
         interval (taken out of its step time; the step stays out of the medians);
+        ``beside(start, end)`` whether TicTac's own work ran beside the step without
+        holding it (a switch in the background, whose compute profile shares the
+        machine): such a step gets no step time and stays out of the medians;
         ``efficiency`` gives a step's measured E.
         """
         out = []
@@ -212,10 +216,12 @@ class StepLog:
                     continue
                 missing = 0 if later is None else step.missing_before(
                     later, lambda ps, lo, hi: self._not_steps_between(ps, worker, lo, hi))
-                step_time, pause = None, 0.0
+                step_time, pause, switching = None, 0.0, False
                 if later is not None and missing == 0:
                     pause = paused(step.start, later.start)
-                    step_time = max(later.start - step.start - pause, 0.0)
+                    switching = beside is not None and beside(step.start, later.start)
+                    if not switching:
+                        step_time = max(later.start - step.start - pause, 0.0)
                 phase = self._phase(step)
                 index = self._number[worker]
                 self._number[worker] += 1 + (missing or 0)  # a gap keeps its numbers
@@ -234,6 +240,8 @@ class StepLog:
                     self.excluded[worker]["first_step"] += 1
                 elif later is None:
                     self.excluded[worker]["last_step"] += 1
+                elif switching:
+                    self.excluded[worker]["switching"] += 1
                 elif step_time is None:
                     self.excluded[worker]["before_gap"] += 1
                 elif pause:
