@@ -202,10 +202,12 @@ def read_scalars(log_dir: str) -> dict[str, dict[str, list[tuple[int, float]]]]:
                 continue
             for event in tf.compat.v1.train.summary_iterator(os.path.join(root, name)):
                 for value in event.summary.value:
-                    if value.metadata.plugin_data.plugin_name == "text":
-                        continue
+                    if value.metadata.plugin_data.plugin_name not in ("", "scalars"):
+                        continue  # text notes; other writers' graphs, histograms, ...
                     number = tf.make_ndarray(value.tensor) if value.HasField("tensor") \
                         else value.simple_value
+                    if getattr(number, "size", 1) != 1:
+                        continue
                     out.setdefault(run, {}).setdefault(value.tag, []).append(
                         (int(event.step), float(number)))
     return out
