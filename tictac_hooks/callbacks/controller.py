@@ -278,15 +278,22 @@ class Controller:
         self.poll(include_active=False)
         self._find_lost_workers()
 
-    def wait_for_profiled_records(self, timeout_s: float = 30.0) -> bool:
-        """Reads (running steps' records too) until some profiled step of a destination
-        worker was recorded, or ``timeout_s`` passed; whether one was. For a switch
-        that does not join the loop's dispatched steps."""
+    def wait_for_profiled_records(self, timeout_s: float = 30.0, steps: int = 2) -> bool:
+        """Reads (running steps' records too) until some worker has ``steps`` profiled
+        steps recorded, or ``timeout_s`` passed; whether it has. A worker runs its
+        steps one after the other, so all but its latest are whole: the served names
+        then hold every transfer of a step (a gather comes late in it, after the ids).
+        For a switch that does not join the loop's dispatched steps."""
         deadline = time.monotonic() + timeout_s
         while True:
             self.poll()
-            if any(self.steplog.served.values()) or time.monotonic() > deadline:
-                return any(self.steplog.served.values())
+            per_worker: dict[str, set] = {}
+            for rec in self.steplog.profiled_records():
+                if not rec.dead:
+                    per_worker.setdefault(rec.worker, set()).add((rec.step_id, rec.iteration))
+            enough = any(len(keys) >= steps for keys in per_worker.values())
+            if enough or time.monotonic() > deadline:
+                return enough
             time.sleep(0.05)
 
     # --- statistics ---------------------------------------------------------------------
