@@ -21,9 +21,9 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     if "switch_in_background_ms" in hook:
         at = hook.get("installed_at_step")
         switched = (f"switch began after {c.settings.profile_steps} steps and took "
-                    f"{hook['switch_in_background_ms'] / 1e3:.1f} s while fit went on; "
-                    + (f"TicTac's order from step {at + 1} on" if at is not None
-                       else "fit ended before it was in place"))
+                    f"{hook['switch_in_background_ms'] / 1e3:.1f} s while fit went on "
+                    "in TensorFlow's order"
+                    + ("" if at is not None else "; fit ended before it was in place"))
     print(f"\nTicTac ({c.settings.algorithm}{kept}): {switched}; "
           f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
     if c.coverage is not None:

@@ -170,7 +170,8 @@ class StepDriver:
         if self.switch_seconds is not None and self.background_switch:
             out["switch_in_background_ms"] = self.switch_seconds * 1e3
             # Training steps dispatched when the order was in place (None: fit ended
-            # first); from the next one on, TicTac's order.
+            # first). Under ParameterServerStrategy fit dispatches ahead of what runs,
+            # so steps dispatched before it may still run in TicTac's order.
             out["installed_at_step"] = self.installed_at_step
         return out
 
