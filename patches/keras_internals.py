@@ -79,18 +79,11 @@ def examples_per_step(model: Any, steps: int) -> int | None:
     """The batch size fit fed, from the loss metric's example count over the ``steps``
     of the current epoch that ran (None where the model keeps no such metric: a custom
     ``train_step``, Keras 3). Reads one variable; changes nothing."""
-    if steps < 1:
+    examples = examples_this_epoch(model) if steps >= 1 else None
+    if examples is None:
         return None
-    for metric in getattr(model, "metrics", ()):
-        count = getattr(metric, "count", None)
-        if getattr(metric, "name", None) == "loss" and count is not None:
-            try:
-                examples = float(count.numpy())
-            except Exception:  # noqa: BLE001 - unreadable: no answer, not an error
-                return None
-            batch = round(examples / steps)
-            return batch if batch >= 1 else None
-    return None
+    batch = round(examples / steps)
+    return batch if batch >= 1 else None
 
 
 def steps_run(model: Any) -> int | None:
@@ -114,7 +107,7 @@ def examples_this_epoch(model: Any) -> float | None:
         if getattr(metric, "name", None) == "loss" and count is not None:
             try:
                 return float(count.numpy())
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - unreadable: no answer, not an error
                 return None
     return None
 

@@ -274,11 +274,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         from tictac_hooks import flags as tictac_flags
         measure = tictac_flags.setting("measure_compute", self.measure_compute)
         if measure or self.controller.settings.algorithm == "tac":
-            from tictac_hooks.patches import keras_internals
             batch = self._batch_size() if mode != "predict" else None
             dag.compute_times = profile_for(self.controller, concrete, dag, batch)
         return dag
-
 
     def _batch_size(self) -> int | None:
         """The batch size fit feeds, for the compute profile: the examples the loss
@@ -288,10 +286,13 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         the steps dispatched."""
         from tictac_hooks.patches import keras_internals
         examples = keras_internals.examples_this_epoch(self.model)
+        if examples is None:
+            return None
         ran = keras_internals.steps_run(self.model)
-        if examples is None or ran is None or self._counter_at_begin is None:
-            return keras_internals.examples_per_step(self.model, self._batches)
-        steps = ran - self._counter_at_begin - self._epoch_first_step
+        if ran is None or self._counter_at_begin is None:
+            steps = self._batches  # the steps dispatched this epoch, where no counter
+        else:
+            steps = ran - self._counter_at_begin - self._epoch_first_step
         return max(1, round(examples / steps)) if steps >= 1 and examples > 0 else None
 
 
