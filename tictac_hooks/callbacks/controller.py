@@ -122,30 +122,31 @@ def _check_log_dir(log_dir: Any) -> str:
     return os.fspath(log_dir)
 
 
-def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> list[str]:
-    """The PS addresses, in task order, of a cluster spec (dict or tf.train.ClusterSpec)."""
+def _job_tasks(spec: Mapping[str, Sequence[str]] | Any, job: str) -> list[tuple[int, str]]:
+    """(task index, address) of a cluster spec's ``job``, in task order (dict or
+    tf.train.ClusterSpec; a sparse job {index: address} too); [] without the job."""
     if hasattr(spec, "as_dict"):
         spec = spec.as_dict()
-    ps = spec.get("ps") if isinstance(spec, Mapping) else None
+    tasks = spec.get(job) if isinstance(spec, Mapping) else None
+    if isinstance(tasks, Mapping):  # sparse cluster spec {task index: address}
+        return sorted((int(i), a) for i, a in tasks.items())
+    return list(enumerate(tasks or ()))
+
+
+def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> list[str]:
+    """The PS addresses, in task order, of a cluster spec (dict or tf.train.ClusterSpec)."""
+    ps = _job_tasks(spec, "ps")
     if not ps:
         raise TicTacSetupError(
             "the cluster has no 'ps' job: TicTac orders parameter transfers from "
             "parameter servers, so it needs ParameterServerStrategy or a PS cluster")
-    if isinstance(ps, Mapping):  # sparse cluster spec {task index: address}
-        return [ps[k] for k in sorted(ps)]
-    return list(ps)
+    return [address for _, address in ps]
 
 
 def task_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any,
                                      job: str = "worker") -> dict[str, str]:
-    """``{"worker:0": address, ...}`` of a cluster spec's ``job`` (dict or
-    tf.train.ClusterSpec; a sparse job {index: address} too)."""
-    if hasattr(spec, "as_dict"):
-        spec = spec.as_dict()
-    tasks = spec.get(job) if isinstance(spec, Mapping) else None
-    if isinstance(tasks, Mapping):
-        return {f"{job}:{int(i)}": a for i, a in tasks.items()}
-    return {f"{job}:{i}": a for i, a in enumerate(tasks or ())}
+    """``{"worker:0": address, ...}`` of a cluster spec's ``job``."""
+    return {f"{job}:{i}": address for i, address in _job_tasks(spec, job)}
 
 
 def _merged(parts: Sequence[tuple[Graph, Schedule]]) -> Schedule:
