@@ -181,33 +181,35 @@ class StepDriver:
         with self.paused():
             if self._join is not None:
                 self._join()
-            try:
-                dag = self._find_dag()
-                self.controller.switch(dag.graphs, dag.compute_times,
-                                       bandwidth=dag.bandwidth, late=set(dag.late))
-            except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
-                self.controller.not_ordered(e)
+            self._find_dag_and_switch(holds_loop=True)
 
     def _switch_in_background(self) -> None:
-        """The switch, off the loop's thread: finds the DAG, waits until the gates have
-        records of profiled steps (no join: the loop keeps dispatching; the switch reads
-        the records of steps still running too, so the served names are every profiled
-        step's), then computes and installs the order. The steps dispatched meanwhile run in TensorFlow's order; those the
-        install falls inside are left out of the medians (the controller marks the
-        switch's interval). Never raises: a failure is one line, TensorFlow's order."""
+        """The switch, off the loop's thread: no join (the loop keeps dispatching); the
+        profiled steps finish while the DAG is found, and the switch waits until the
+        gates recorded whole ones (it reads running steps' records too, so the served
+        names are every profiled step's). The steps dispatched meanwhile run in
+        TensorFlow's order and get no step time (``switching``: the compute profile
+        shares the machine with them)."""
         t0 = time.perf_counter()
         beside = self.controller.begin_beside()
         try:
-            dag = self._find_dag()  # seconds: the profiled steps finish meanwhile
-            self.controller.wait_for_profiled_records()
-            self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
-                                   late=set(dag.late), holds_loop=False)
-        except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
-            self.controller.not_ordered(e)
+            self._find_dag_and_switch(holds_loop=False)
         finally:
             self.controller.end_beside(beside)
             self.switch_seconds = time.perf_counter() - t0
             self._switched.set()
+
+    def _find_dag_and_switch(self, holds_loop: bool) -> None:
+        """Finds the DAG and switches the controller to its order. Never raises: a
+        failure is one line, and TensorFlow's order stays."""
+        try:
+            dag = self._find_dag()
+            if not holds_loop:
+                self.controller.wait_for_profiled_records()
+            self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
+                                   late=set(dag.late), holds_loop=holds_loop)
+        except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
+            self.controller.not_ordered(e)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
