@@ -5,8 +5,9 @@ handed back. A step of a worker is the union over PSes. Under Keras's
 ``steps_per_execution > 1`` one step id runs several training steps as the iterations
 of a loop: each iteration is a step (what the call does once, outside the loop, counts
 with its first iteration), and the loop's dead exit iteration is none. A step is
-*finalized* once a later step of the same worker exists; finalized steps are handed out once and then only
-their aggregates are kept, so memory stays bounded over any number of steps.
+*finalized* once a later step of the same worker exists; finalized steps are handed out
+once and then only their aggregates are kept, so memory stays bounded over any number
+of steps.
 
 Step times come from consecutive records only: a step's time is the interval to the
 worker's next step when the PSes number the two consecutively (``worker_seq``). Where
@@ -32,7 +33,7 @@ _KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
 _KEEP_PROFILED = 256         # unscheduled (PS, step, worker) records, for served sizes
 _KEEP_RECENT = 1_024         # the latest steps' (start, worker), to tell who went silent
-_KEEP_NOT_STEPS = 4_096      # per (PS, worker): worker_seq of records that are no step
+_KEEP_RECEIVED = 4_096       # per (PS, worker): worker_seq of the records read
 
 
 @dataclasses.dataclass
@@ -61,11 +62,12 @@ class _Pending:
         return next((r.algorithm for r in self.per_ps.values() if r.scheduled), None)
 
     def missing_before(self, later: "_Pending",
-                       not_steps: Callable[[str, int, int], int]) -> int | None:
-        """Steps lost between this step and ``later`` (same worker): 0 when some PS
-        numbers them consecutively (its records that are no step, such as a loop's exit
-        iteration, ``not_steps(ps, lo, hi)``, left out), else how many are missing;
-        None when no PS recorded both (unknown). Records without numbers: 0."""
+                       received: Callable[[str, int, int], int]) -> int | None:
+        """Records lost between this step and ``later`` (same worker): at each PS that
+        recorded both, the numbers between theirs that were not read
+        (``received(ps, lo, hi)`` counts those read: records that are no step, such as
+        a loop's exit iteration, or a call's record outside its loop); the most over
+        the PSes; None when no PS recorded both (unknown). Records without numbers: 0."""
         missing = None
         numbered = False
         for key, rec in self.per_ps.items():
@@ -73,7 +75,7 @@ class _Pending:
             if not rec.worker_seq or other is None or not other.worker_seq:
                 numbered = numbered or bool(rec.worker_seq)
                 continue
-            lost = other.worker_seq - rec.worker_seq - 1 - not_steps(
+            lost = other.worker_seq - rec.worker_seq - 1 - received(
                 rec.ps, rec.worker_seq, other.worker_seq)
             missing = max(missing or 0, lost, 0)
         if missing is None and not numbered and not any(
@@ -118,8 +120,10 @@ class StepLog:
         self.lost: dict[str, dict[str, Any]] = {}
         self._recent: collections.deque = collections.deque(maxlen=_KEEP_RECENT)
         self._last_start: dict[str, float] = {}
-        self._not_steps: dict[tuple[str, str], collections.deque] = collections.defaultdict(
-            lambda: collections.deque(maxlen=_KEEP_NOT_STEPS))
+        # Per (PS, worker): the numbers (worker_seq) of the records read, steps or not;
+        # a number between two steps' that is not among them is a record lost.
+        self._received: dict[tuple[str, str], collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=_KEEP_RECEIVED))
         self.served: dict[str, set[str]] = collections.defaultdict(set)  # while profiling
         self.best_link_rate: float | None = None                          # bytes/s
         # the latest unscheduled records by (PS, step, worker): what each transfer is
@@ -147,7 +151,7 @@ class StepLog:
                 # No training step (nothing handed back; a loop's exit iteration): its
                 # number is no gap.
                 if rec.worker_seq:
-                    self._not_steps[(rec.ps, worker)].append(rec.worker_seq)
+                    self._received[(rec.ps, worker)].append(rec.worker_seq)
                 continue
             key = (rec.step_id, rec.iteration)
             if key in self._finalized_ids[worker]:
@@ -159,11 +163,10 @@ class StepLog:
                 if rec.start > self._last_start.get(worker, float("-inf")):
                     self._last_start[worker] = rec.start
             # A call's records outside its loop (frame 0) join its first iteration's
-            # step beside the loop's record from the same PS; each such number counts
-            # as received, so none is taken for a lost step between iterations.
+            # step beside the loop's record from the same PS.
             step.per_ps[rec.ps if not rec.frame else f"{rec.ps} loop"] = rec
             if rec.worker_seq:
-                self._not_steps[(rec.ps, worker)].append(rec.worker_seq)
+                self._received[(rec.ps, worker)].append(rec.worker_seq)
             if not rec.scheduled:
                 self.served[worker].update(rec.order)
                 key = (rec.ps, rec.step_id, rec.frame, rec.iteration, worker)
@@ -215,7 +218,7 @@ class StepLog:
                     self.unfinished[worker] += 1
                     continue
                 missing = 0 if later is None else step.missing_before(
-                    later, lambda ps, lo, hi: self._not_steps_between(ps, worker, lo, hi))
+                    later, lambda ps, lo, hi: self._received_between(ps, worker, lo, hi))
                 step_time, pause, switching = None, 0.0, False
                 if later is not None and missing == 0:
                     pause = paused(step.start, later.start)
@@ -255,8 +258,8 @@ class StepLog:
                     self.order["violations"] += sum(r.violations for r in step.per_ps.values())
         return out
 
-    def _not_steps_between(self, ps: str, worker: str, lo: int, hi: int) -> int:
-        return sum(1 for n in self._not_steps.get((ps, worker), ()) if lo < n < hi)
+    def _received_between(self, ps: str, worker: str, lo: int, hi: int) -> int:
+        return sum(1 for n in self._received.get((ps, worker), ()) if lo < n < hi)
 
     def silent(self, worker: str) -> tuple[float, int] | None:
         """When ``worker``'s last step started and how many steps the other workers
