@@ -18,11 +18,12 @@ import os
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # tf_keras: fit supports PSS
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from absl import app, flags, logging  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (defines --tictac_* flags)
 import ps_models  # noqa: E402
-from pss_cluster import link_bandwidth, run_on_cluster  # noqa: E402  (--network)
+from pss_cluster import (link_bandwidth, quiet_fit_coordinator,  # noqa: E402
+                         run_on_cluster)  # (--network)
 from summary import print_summary, write_summary  # noqa: E402
 
 flags.DEFINE_enum("model", "tutorial", sorted(ps_models.BUILDERS),
@@ -53,10 +54,7 @@ def main(argv):
 def train(spec: dict) -> None:
     """The coordinator: model.fit under ParameterServerStrategy, the tutorial's way."""
     import tempfile
-    import warnings
-    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
-    if not FLAGS["verbosity"].present:  # --verbosity=1: TicTac's details too
-        logging.set_verbosity(logging.WARNING)  # TF's cluster set-up chatter
+    quiet_fit_coordinator()
     import tensorflow as tf
     import tf_keras as keras
 

@@ -65,6 +65,19 @@ def run_on_cluster(train: Callable[[dict], None], num_ps: int, num_workers: int)
         raise SystemExit(code)
 
 
+def quiet_fit_coordinator() -> None:
+    """What a tf_keras ``fit`` coordinator prints: no TensorFlow cluster set-up chatter
+    unless ``--verbosity`` is given (then TicTac's details too), and not tf_keras's
+    warning about tf.data options on its ParameterServerStrategy path (harmless; it
+    comes on every run)."""
+    import warnings
+
+    from absl import logging
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+
+
 def link_bandwidth() -> float | None:
     """Bytes/s of every link of the shaped network the coordinator runs in (None on
     loopback): TicTac's ``bandwidth``, for TAC's transfer times and the gate's pacing."""
