@@ -254,24 +254,12 @@ def parameter_graph(graph: Graph) -> tuple[Graph, dict[str, list[str]]]:
 def _expanded(schedule: Schedule, members: dict[str, list[str]]) -> Schedule:
     """Each merged parameter's place in ``schedule`` taken by its shards, next to each
     other (on each PS, one shard of a parameter follows the previous parameter's);
-    ties kept, priorities re-ranked."""
-    order: list[str] = []
-    tie_of: list[int] = []
-    for name in schedule.order:
-        for shard in members.get(name, [name]):
-            order.append(shard)
-            tie_of.append(schedule.priority[name])
-    return Schedule.from_order(schedule.algorithm, order, _ranks(order, tie_of))
-
-
-def _ranks(order: list[str], keys: list[int]) -> dict[str, int]:
-    """Priorities for ``order``: a run of equal ``keys`` is one tie group, with the
-    rank of its first member."""
-    priority: dict[str, int] = {}
-    for i, name in enumerate(order):
-        tie = i and keys[i] == keys[i - 1]
-        priority[name] = priority[order[i - 1]] if tie else i
-    return priority
+    ties kept, priorities re-ranked (Schedule.restricted)."""
+    order = [shard for name in schedule.order for shard in members.get(name, [name])]
+    merged_of = {shard: name for name, shards in members.items() for shard in shards}
+    keyed = Schedule.from_order(schedule.algorithm, order,
+                                {n: schedule.priority[merged_of.get(n, n)] for n in order})
+    return keyed.restricted(order)
 
 
 def after_inputs(schedule: Schedule, graph: Graph) -> Schedule:
