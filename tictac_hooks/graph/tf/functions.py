@@ -250,8 +250,7 @@ class _Builder:
                 body_remote[arg.name] = var
         body_args = {arg.name: [] for arg in fdef.signature.input_arg
                      if arg.name not in body_remote}
-        body = [_Node(n.name, n.op, [_body_input(i) for i in n.input], n.attr)
-                for n in fdef.node_def]
+        body = _body_nodes(fdef)
         self.add_nodes(body, f"{loop.name}/body/", body_args, body_remote)
 
     def _resolve(self, src: str, raw: str, prefix: str, arg_map: Mapping[str, list[str]],
@@ -294,8 +293,7 @@ class _Builder:
             body_args[arg.name] = list(dict.fromkeys(deps + control_deps))
         body_prefix = full + "/"
         before = len(self.ops)
-        body = [_Node(n.name, n.op, [_body_input(i) for i in n.input], n.attr)
-                for n in fdef.node_def]
+        body = _body_nodes(fdef)
         self.add_nodes(body, body_prefix, body_args, body_remote)
         added = [op.name for op in self.ops[before:]]
         outs = []
@@ -346,6 +344,12 @@ class _Builder:
                           ps_side=frozenset(self.ps_side), dropped_inputs=self.dropped,
                           warnings=tuple(self.warnings),
                           recv_variables=self.recv_variables)
+
+
+def _body_nodes(fdef: Any) -> list[_Node]:
+    """A FunctionDef's nodes, their inputs named as in a GraphDef."""
+    return [_Node(n.name, n.op, [_body_input(i) for i in n.input], n.attr)
+            for n in fdef.node_def]
 
 
 def _body_input(raw: str) -> str:
