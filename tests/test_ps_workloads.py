@@ -90,7 +90,7 @@ def test_the_workload_is_ordered_and_trains_the_same_weights(model, tmp_path):
     TicTac."""
     algorithm = "tic" if model == "sharded_mlp" else "tac"
     extra = ["--min_shard_bytes=65536"] if model == "sharded_mlp" else []
-    if model in ("recommender", "reverse_declared"):
+    if model in ("recommender", "reverse_declared", "sharded_mlp"):
         extra.append("--steps=900")  # steps of a few ms: the switch takes seconds
     out, summary, weights = run_both(tmp_path, algorithm, f"--model={model}", *extra)
     check_ran(out, summary, algorithm)
