@@ -51,7 +51,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from tictac_hooks.bench import probes  # noqa: E402
+from tictac_hooks.bench import linkmeter  # noqa: E402
 from tictac_hooks.cluster import netns  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
 from tictac_hooks.records import GateStep  # noqa: E402
@@ -485,7 +485,7 @@ def main() -> None:
         return
     with netns.ShapedNetwork(netns.cluster_hosts(1, 2), rate=args.rate,
                              latency_ms=args.latency_ms) as net:
-        link = probes.bulk_transfer(net, "ps0", "worker0", args.link_mib << 20, timeout_s=300)
+        link = linkmeter.bulk_transfer(net, "ps0", "worker0", args.link_mib << 20, timeout_s=300)
         with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1],
                           network=net, backend=args.backend) as c:
             cfg.update(workers=c.worker_addresses, ps=c.ps_addresses[0])

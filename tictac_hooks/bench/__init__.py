@@ -4,5 +4,10 @@
 - :mod:`~tictac_hooks.bench.client` runs inside the client's namespace;
 - :mod:`~tictac_hooks.bench.workloads` the Keras application models, in-graph replicated;
 - :mod:`~tictac_hooks.bench.metrics` the per-schedule metrics (no TensorFlow);
-- :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files.
+- :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files;
+- :mod:`~tictac_hooks.bench.predict` the simulator's prediction of a step, per order;
+- :mod:`~tictac_hooks.bench.linkmeter` what a shaped link really carries (goodput,
+  round trips, bytes through its token bucket).
+
+A run's result is a :class:`~tictac_hooks.records.BenchRun`.
 """
