@@ -38,3 +38,13 @@ def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launc
     t0 = mod.process_cpu_s(os.getpid())
     sum(i * i for i in range(3_000_000))
     assert mod.process_cpu_s(os.getpid()) > t0 > 0
+
+
+@pytest.mark.slow
+def test_the_comm_heavy_model_holds_its_bytes_on_the_ps():
+    from tictac_hooks.bench.workloads import comm_heavy
+    g, init, train = comm_heavy(1, num_vars=3, var_mib=1, ps=0)
+    variables = g.get_collection("variables")
+    assert len(variables) == 3 and init.graph is g and train.graph is g
+    assert all(v.device.endswith("/job:ps/task:0") for v in variables)
+    assert sum(v.shape.num_elements() * 4 for v in variables) == 3 * (1 << 20)

@@ -121,3 +121,25 @@ def test_median_interval_is_the_binomial_order_statistics():
                (metrics.median_interval([rng.random() for _ in range(20)])
                 for _ in range(2000)))
     assert 0.94 <= hits / 2000 <= 0.975
+
+
+def test_median_ci_is_a_seeded_bootstrap_interval_around_the_median():
+    values = [1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 0.8, 1.0, 1.02, 0.98]
+    lo, hi = metrics.median_ci(values)
+    assert lo <= 1.0 <= hi and min(values) <= lo < hi <= max(values)
+    assert metrics.median_ci(values) == (lo, hi)  # seeded: the same interval again
+    narrow = metrics.median_ci(values, level=0.5)
+    assert lo <= narrow[0] <= narrow[1] <= hi
+    assert metrics.median_ci([2.0] * 5) == (2.0, 2.0)
+
+
+def test_procstat_reads_a_process_cpu_seconds_and_memory():
+    import os
+
+    from tictac_hooks.bench.procstat import cpu_seconds, rss_mib
+    t0 = cpu_seconds(os.getpid())
+    sum(i * i for i in range(3_000_000))
+    assert cpu_seconds(os.getpid()) > t0 > 0
+    assert 1.0 < rss_mib(os.getpid()) < 1 << 20
+    with pytest.raises(OSError):
+        cpu_seconds(2 ** 22 + 1)  # above the kernel's largest pid: no such process

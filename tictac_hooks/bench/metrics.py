@@ -63,6 +63,18 @@ def median_interval(values: Sequence[float], confidence: float = 0.95
     return xs[k - 1], xs[n - k]
 
 
+def median_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000,
+              seed: int = 0) -> tuple[float, float]:
+    """Bootstrap confidence interval of the median of ``values`` (``resamples`` draws
+    with replacement, seeded: the same values give the same interval)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    a = np.asarray(values)
+    meds = np.median(rng.choice(a, size=(resamples, len(a)), replace=True), axis=1)
+    return (float(np.quantile(meds, (1 - level) / 2)),
+            float(np.quantile(meds, (1 + level) / 2)))
+
+
 def coefficient_of_variation(values: Sequence[float]) -> float:
     if len(values) < 2:
         return 0.0
