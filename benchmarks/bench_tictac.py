@@ -39,7 +39,7 @@ DEFAULT_CONFIGS = (
     "vgg16:training:1:1:auto:0.5",
 )
 
-# gain against comm/comp (issue #11): `--configs sweep`
+# gain against comm/comp: `--configs sweep`
 SWEEP_CONFIGS = (
     "resnet50:training:2:1:auto:0.25;auto:0.5;auto;auto:2",
     "resnet50:inference:2:1:auto:0.25;auto:0.5;auto;auto:2",
