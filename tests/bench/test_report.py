@@ -276,3 +276,14 @@ def test_the_results_kept_in_the_repository_still_make_a_report(tmp_path, monkey
     text = open(write_report(paths, str(tmp_path), say=lambda m: None)).read()
     assert "## Simulated against measured step time" in text
     assert text.count("commit unknown, command unknown") == len(paths)
+
+
+def test_a_configuration_without_predictions_beside_one_with_them():
+    from tictac_hooks.bench.report import best_models, prediction_rows, prediction_section
+    unpredicted = dataclasses.replace(
+        _result(), config=dataclasses.replace(_result().config, label="vgg16/inference/W1/P1"))
+    results = [_sweep_result(), unpredicted]
+    assert best_models(prediction_rows(results))["vgg16/inference/W1/P1"] is None
+    (line,) = [t for t in prediction_section(results) if t.startswith("- the sweep plots")]
+    assert "(resnet50/training/W2/P1: scaled, median |error| 5.0%" in line
+    assert "vgg16" not in line

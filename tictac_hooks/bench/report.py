@@ -467,6 +467,8 @@ def prediction_section(results: Sequence[BenchRun]) -> list[str]:
                       f"{len(off)} order x ratio points" if off else ""))
     per_label = []
     for label, model in best_models(rows).items():
+        if model is None:  # a configuration run without the simulator
+            continue
         own = [r for r in rows if r["label"] == label]
         errors = _abs_errors(own, model)
         per_label.append(f"{label}: {model}, median |error| {errors[len(errors) // 2]:.1%}, "
