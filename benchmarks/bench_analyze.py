@@ -1,4 +1,4 @@
-"""`tictac analyze` over the issue's model set: E and simulated gain of TIC and TAC.
+"""`tictac analyze` over the Keras application models: E and simulated gain of TIC and TAC.
 
     .venv/bin/python benchmarks/bench_analyze.py [--bandwidth 1Gbit] [--batch-size 8]
 

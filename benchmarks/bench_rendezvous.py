@@ -38,32 +38,19 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import grpc  # noqa: E402
-import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tictac_hooks.enforce.client import connect  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster, repo_pythonpath  # noqa: E402
 from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread  # noqa: E402
 from tictac_hooks.ports import free_port  # noqa: E402
+from tictac_hooks.bench.metrics import median_ci  # noqa: E402
+from tictac_hooks.bench.workloads import comm_heavy as comm_heavy_model  # noqa: E402
+from tictac_hooks.bench.procstat import cpu_seconds as cpu_s, rss_mib  # noqa: E402
 from tictac_hooks.records import GateStep  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
-
-
-def rss_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def read_graph(num_ps: int, var_mib: int, num_vars: int):
@@ -81,16 +68,6 @@ def read_graph(num_ps: int, var_mib: int, num_vars: int):
                 fetch.append(tf.add_n([tf.reduce_sum(v) for v in vs]))
         init = tf.compat.v1.global_variables_initializer()
     return g, init, fetch
-
-
-def median_ci(values: list[float], level: float = 0.95, resamples: int = 2000,
-              seed: int = 0) -> tuple[float, float]:
-    """Bootstrap confidence interval of the median of ``values``."""
-    rng = np.random.default_rng(seed)
-    a = np.asarray(values)
-    meds = np.median(rng.choice(a, size=(resamples, len(a)), replace=True), axis=1)
-    return (float(np.quantile(meds, (1 - level) / 2)),
-            float(np.quantile(meds, (1 + level) / 2)))
 
 
 # -- the floor: what one more TCP hop costs with no rendezvous logic at all ------------
@@ -193,22 +170,6 @@ def _fork_child(fn, *args) -> int:
         finally:
             os._exit(0)
     return pid
-
-
-def comm_heavy_model(worker: int, num_vars: int = 16, var_mib: int = 4, ps: int = 0):
-    g = tf.Graph()
-    with g.as_default():
-        n = int((var_mib << 18) ** 0.5)
-        with tf.device(f"/job:ps/task:{ps}"):
-            ws = [tf.compat.v1.get_variable(f"w{i}", shape=[n, n],
-                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
-                  for i in range(num_vars)]
-        with tf.device(f"/job:worker/task:{worker}"):
-            x = tf.constant(np.random.RandomState(0).randn(8, n).astype("float32"))
-            loss = tf.add_n([tf.reduce_mean((x @ w) ** 2) for w in ws])
-            train = tf.compat.v1.train.GradientDescentOptimizer(1e-4).minimize(loss)
-        init = tf.compat.v1.global_variables_initializer()
-    return g, init, train
 
 
 def overhead(steps: int, backend: str) -> dict[str, list[float]]:

@@ -1,4 +1,4 @@
-"""How long TIC and TAC take as the graph grows (issue #2 performance targets).
+"""How long TIC and TAC take as the graph grows.
 
     .venv/bin/python benchmarks/bench_scheduling.py [--repeat 3]
 

@@ -51,7 +51,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from tictac_hooks.bench import probes  # noqa: E402
+from tictac_hooks.bench import linkmeter  # noqa: E402
+from tictac_hooks.bench.metrics import median_ci  # noqa: E402
+from tictac_hooks.bench.procstat import cpu_seconds as process_cpu_s  # noqa: E402
 from tictac_hooks.cluster import netns  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
 from tictac_hooks.records import GateStep  # noqa: E402
@@ -76,9 +78,9 @@ def _timed_steps(run, n: int) -> list[float]:
 def client(cfg: dict) -> dict:
     """Runs in the client namespace: the measurements, returned as JSON."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, HERE)
     import tensorflow as tf
-    from bench_rendezvous import comm_heavy_model  # also disables eager execution
+    tf.compat.v1.disable_eager_execution()
+    from tictac_hooks.bench.workloads import comm_heavy as comm_heavy_model
 
     from tictac_hooks.enforce.client import connect
 
@@ -141,9 +143,9 @@ def client(cfg: dict) -> dict:
 def step_client(cfg: dict) -> dict:
     """Runs in the client namespace (--relaunch): the step times of one launch."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, HERE)
     import tensorflow as tf
-    from bench_rendezvous import comm_heavy_model  # also disables eager execution
+    tf.compat.v1.disable_eager_execution()
+    from tictac_hooks.bench.workloads import comm_heavy as comm_heavy_model
 
     from tictac_hooks.enforce.client import connect
 
@@ -165,9 +167,9 @@ def bypass_client(cfg: dict) -> dict:
     "plain") or not ("gate"), in rotating order; a second bypassed block per round is
     the A/A control."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, HERE)
     import tensorflow as tf
-    from bench_rendezvous import comm_heavy_model  # also disables eager execution
+    tf.compat.v1.disable_eager_execution()
+    from tictac_hooks.bench.workloads import comm_heavy as comm_heavy_model
 
     from tictac_hooks.enforce.client import connect
 
@@ -195,13 +197,6 @@ def bypass_client(cfg: dict) -> dict:
         finally:
             gate.call("bypass", "0")
     return {"step_seconds": out, "gated_steps": gated, "ps_cpu_seconds": cpu}
-
-
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (every thread) so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # A/A control: a second launch of a plain PS in every round (with --bypass: a second
@@ -290,8 +285,6 @@ def relaunch_ratios(steps: dict[str, list[list[float]]]) -> dict[str, list[float
 
 def report_relaunch(args: argparse.Namespace, shaped: bool, steps: dict,
                     cpu: dict | None = None) -> dict:
-    sys.path.insert(0, HERE)
-    from bench_rendezvous import median_ci
     where = (f"shaped link {args.rate}" if shaped else "LOOPBACK FALLBACK - NOT A SHAPED LINK")
     pinned = "PS and worker on one core each" if args.pin else "not pinned"
     if args.bypass:
@@ -485,7 +478,7 @@ def main() -> None:
         return
     with netns.ShapedNetwork(netns.cluster_hosts(1, 2), rate=args.rate,
                              latency_ms=args.latency_ms) as net:
-        link = probes.bulk_transfer(net, "ps0", "worker0", args.link_mib << 20, timeout_s=300)
+        link = linkmeter.bulk_transfer(net, "ps0", "worker0", args.link_mib << 20, timeout_s=300)
         with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, direct_workers=[1],
                           network=net, backend=args.backend) as c:
             cfg.update(workers=c.worker_addresses, ps=c.ps_addresses[0])

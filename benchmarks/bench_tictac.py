@@ -5,7 +5,7 @@ Runs `tictac bench` on a list of configurations (one JSON each, under --out), th
 tc for a shaped network; otherwise every run falls back to loopback and says so.
 
   sudo .venv/bin/python benchmarks/bench_tictac.py [--out benchmarks/results]
-      [--steps 15] [--configs resnet50:training:2:1:auto,...|sweep] [--readme]
+      [--steps 15] [--configs resnet50:training:2:1:auto,...|sweep]
 
 A configuration is MODEL[/BATCH]:MODE:WORKERS:PS:BANDWIDTH[;BANDWIDTH...] (bandwidths as
 in `tictac bench --bandwidth`, ';'-separated for a sweep; BATCH per worker, default the
@@ -39,7 +39,7 @@ DEFAULT_CONFIGS = (
     "vgg16:training:1:1:auto:0.5",
 )
 
-# gain against comm/comp (issue #11): `--configs sweep`
+# gain against comm/comp: `--configs sweep`
 SWEEP_CONFIGS = (
     "resnet50:training:2:1:auto:0.25;auto:0.5;auto;auto:2",
     "resnet50:inference:2:1:auto:0.25;auto:0.5;auto;auto:2",
@@ -77,16 +77,12 @@ def main() -> int:
     p.add_argument("--out", default=os.path.join(HERE, "results"))
     p.add_argument("--configs", default=",".join(DEFAULT_CONFIGS),
                    help="configurations (see above), or 'sweep' for the comm/comp sweep")
-    p.add_argument("--readme", action="store_true",
-                   help="also rewrite the README's generated results section (between "
-                        "its bench-results markers) from these runs")
     p.add_argument("--steps", type=int, default=15, help="measured steps per schedule")
     p.add_argument("--block-steps", type=int, default=5)
     p.add_argument("--schedules", default=None,
                    help="passed to `tictac bench --schedules` (default: its own)")
     p.add_argument("--report-only", action="store_true",
-                   help="run nothing: rebuild the report (and with --readme the README "
-                        "section) from the configurations' results already in --out, the "
+                   help="run nothing: rebuild the report from the configurations' results already in --out, the "
                         "simulator's predictions recomputed from their saved inputs")
     args = p.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -125,26 +121,7 @@ def main() -> int:
                         cwd=ROOT).returncode
     with open(os.path.join(args.out, "report.md")) as f:
         print(f.read())
-    if rc == 0 and args.readme:
-        argv = [a for a in sys.argv[1:] if a != "--report-only"]
-        write_readme(outputs, args.out, "sudo .venv/bin/python benchmarks/bench_tictac.py "
-                     + " ".join(argv), repredict=args.report_only)
     return rc
-
-
-def write_readme(outputs: list[str], out_dir: str, command: str,
-                 repredict: bool = False) -> None:
-    """Rewrites README.md's generated results section from ``outputs``."""
-    from tictac_hooks.bench.report import load_results, readme_block, replace_readme_block
-    results = load_results(outputs, repredict)
-    readme = os.path.join(ROOT, "README.md")
-    with open(readme) as f:
-        text = f.read()
-    block = readme_block(results, os.path.relpath(os.path.abspath(out_dir), ROOT), command)
-    with open(readme, "w") as f:
-        f.write(replace_readme_block(text, block))
-    print(f"README.md: generated results section rewritten from {len(outputs)} runs",
-          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Where does an enforced order lose time on a fast link? (issue #11, the 0.25 points)
+"""Where does an enforced order lose time on a fast link?
 
 One launch of a native PS and 2 workers on loopback (the fastest link there is), one
 in-graph step for both workers, blocks of TensorFlow's order (schedule cleared) and of

@@ -1,6 +1,6 @@
 """How far apart are layer order and the DAG orders, and how much could any order gain?
 
-Issue #11 asks why TIC and TAC do no better than layer order. For each model and mode
+Why do TIC and TAC do no better than layer order? For each model and mode
 this builds the worker DAG (`tictac analyze`'s path: a keras.applications model with
 random weights, its traced step, compute times profiled on this CPU), sets the link so
 that the step's wire time is R x its compute (R in --ratios), and reports, in the

@@ -29,6 +29,8 @@ echo "[setup] creating .venv (TensorFlow CPU, tf_keras, Keras 3, tictac-hooks)" 
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 # tensorflow-cpu rather than tensorflow: half the download, enough for CPU machines.
+# The extras by hand (the package goes in with --no-deps below): [test] pytest and
+# hypothesis, [bench] matplotlib (the benchmark report's plots; the tests check them).
 .venv/bin/python -m pip install -q "tensorflow-cpu==2.21.*" "keras>=3.10" "grpcio>=1.60" \
   numpy absl-py protobuf tensorboard hpack pytest hypothesis matplotlib
 # tf_keras declares a dependency on the full `tensorflow` wheel; tensorflow-cpu provides

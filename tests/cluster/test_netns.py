@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tictac_hooks.bench import probes
+from tictac_hooks.bench import linkmeter
 from tictac_hooks.cluster import netns
 from tictac_hooks.cluster.launcher import LocalCluster, repo_pythonpath
 from tictac_hooks.cluster.netns import NetworkError, ShapedNetwork, cluster_hosts
@@ -54,7 +54,7 @@ def test_bulk_transfer_runs_at_the_configured_rate(rate, mib):
     with ShapedNetwork(["a", "b"], rate=rate) as net:
         want = netns.rate_bits(rate)
         for src, dst in (("a", "b"), ("b", "a")):
-            r = probes.bulk_transfer(net, src, dst, mib << 20, timeout_s=30)
+            r = linkmeter.bulk_transfer(net, src, dst, mib << 20, timeout_s=30)
             print(f"\n{rate} {src}->{dst}: goodput {r['goodput_bits'] / 1e6:.1f} Mbit/s, "
                   f"wire {r['wire_bits'] / 1e6:.1f} Mbit/s in {r['seconds']:.2f} s")
             assert abs(r["wire_bits"] / want - 1) <= 0.15, r
@@ -68,9 +68,9 @@ def test_latency_shows_up_in_the_round_trip():
     if not ok:
         pytest.skip(f"latency cannot be emulated here: {why}")
     with ShapedNetwork(["a", "b"], rate="1gbit") as net:
-        base = sorted(probes.tcp_rtt(net, "a", "b", 20))[10]
+        base = sorted(linkmeter.tcp_rtt(net, "a", "b", 20))[10]
         net.reshape(latency_ms=5.0)
-        shaped = sorted(probes.tcp_rtt(net, "a", "b", 20))[10]
+        shaped = sorted(linkmeter.tcp_rtt(net, "a", "b", 20))[10]
     print(f"\nRTT without latency {base * 1e3:.3f} ms, with 5 ms one-way {shaped * 1e3:.3f} ms")
     assert base < 0.002
     assert 0.010 <= shaped <= 0.010 + base + 0.004
@@ -202,7 +202,7 @@ def test_a_cluster_in_namespaces_trains_through_the_gate(backend):
         port = 2222 if backend == "native" else 2223  # the proxy's TF server is behind it
         assert c.ps_private_addresses == [f"{net.address('ps0')}:{port}"]
         assert c.worker_addresses == [f"{net.address('worker0')}:2222"]
-        before = probes.egress_bytes(net, "ps0")
+        before = linkmeter.egress_bytes(net, "ps0")
         client = c.spawn_in("client", [sys.executable, "-c", _CLIENT, c.worker_addresses[0],
                                        c.ps_addresses[0]],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -213,7 +213,7 @@ def test_a_cluster_in_namespaces_trains_through_the_gate(backend):
             pytest.fail(f"the client did not finish in 120 s:\n{c.task('ps', 0).log()}")
         assert client.returncode == 0, err[-3000:]
         result = json.loads(out.strip().splitlines()[-1])
-        sent = probes.egress_bytes(net, "ps0") - before
+        sent = linkmeter.egress_bytes(net, "ps0") - before
     assert len(result["losses"]) == 3 and result["losses"][-1] < result["losses"][0], result
     assert result["steps"] >= 3, result
     assert len(result["reads"]) >= 4, result  # the gate served the variable reads

@@ -4,5 +4,11 @@
 - :mod:`~tictac_hooks.bench.client` runs inside the client's namespace;
 - :mod:`~tictac_hooks.bench.workloads` the Keras application models, in-graph replicated;
 - :mod:`~tictac_hooks.bench.metrics` the per-schedule metrics (no TensorFlow);
-- :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files.
+- :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files;
+- :mod:`~tictac_hooks.bench.predict` the simulator's prediction of a step, per order;
+- :mod:`~tictac_hooks.bench.linkmeter` what a shaped link really carries (goodput,
+  round trips, bytes through its token bucket);
+- :mod:`~tictac_hooks.bench.procstat` a process's CPU seconds and memory, from /proc.
+
+A run's result is a :class:`~tictac_hooks.records.BenchRun`.
 """

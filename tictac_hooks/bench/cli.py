@@ -100,7 +100,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.quick:
         settings.update(QUICK)
     result = run(BenchConfig(**settings))
-    sim_inputs = [run_.pop("sim_inputs", None) for run_ in result["runs"]]
+    sim_inputs = [run_.sim_inputs for run_ in result.runs]
     from tictac_hooks.bench.report import text_table
     print(text_table([result]))
     if args.json_out:
@@ -109,11 +109,11 @@ def _bench(args: argparse.Namespace) -> int:
             from tictac_hooks.bench.predict import save_inputs
             print(f"wrote {save_inputs(args.json_out, sim_inputs)}", file=sys.stderr)
         with open(args.json_out, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(result.to_json(), f, indent=1)
         print(f"wrote {args.json_out}", file=sys.stderr)
-    if result.get("incomplete"):
-        print(f"tictac bench: error: {result['incomplete']}; the result holds the "
-              f"{len(result['runs'])} of {len(settings['bandwidth'])} bandwidth(s) it "
+    if result.incomplete:
+        print(f"tictac bench: error: {result.incomplete}; the result holds the "
+              f"{len(result.runs)} of {len(settings['bandwidth'])} bandwidth(s) it "
               f"finished (raise --timeout to measure them all)", file=sys.stderr)
         return 1
     return 0

@@ -6,11 +6,15 @@ rendezvous, one directly, for TensorFlow's default path), profiles, computes eve
 schedule with the code TicTacHook uses, and then runs the schedules interleaved in
 rotating blocks. It talks to the runner on stdout/stdin: one JSON line per request
 (``{"event": "reshape", "rate_bits": N}``, answered by one line), and ends with
-``{"event": "done"}``. Progress goes to stderr; the result to ``config["out"]``.
+``{"event": "done"}``. Progress goes to stderr; the result to ``config["out"]``: the
+profiled compute and one :class:`~tictac_hooks.records.RateRun` per rate, each with its
+simulator inputs (``sim_inputs``), which the runner reads into a
+:class:`~tictac_hooks.records.BenchRun`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -19,7 +23,9 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
-from tictac_hooks.records import ClientStep, GateStep, bytes_per_transfer
+from tictac_hooks.records import (CheckSummary, ClientStep, GateStep, InRunCompute,
+                                  ProfiledCompute, RateRun, ScheduleSummary,
+                                  bytes_per_transfer)
 
 DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvous
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
@@ -223,7 +229,7 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
     return out
 
 
-def _order_check(cfg: dict, r: "Runner", controller: Any) -> dict[str, Any]:
+def _order_check(cfg: dict, r: "Runner", controller: Any) -> CheckSummary:
     """Runs the "checked" controller's order check (its T and D blocks, step by step
     as a frontend dispatches them) and returns what it decided, for the result."""
     controller.resume()
@@ -234,17 +240,18 @@ def _order_check(cfg: dict, r: "Runner", controller: Any) -> dict[str, Any]:
         if len(controller.check_results) > before:
             break
     controller.suspend()
+    # the controller's check result: still a dict (to become a CheckResult record)
     result = controller.check_result if len(controller.check_results) > before else None
     if result is None:
         raise RuntimeError("the order check of schedule 'checked' reached no decision")
-    info = {"decision": result["decision"], "kept": controller.kept_order,
-            "seconds": time.time() - t0, "steps": controller.check.total_steps,
-            "candidates": {c: spread.get("ratio_median")
-                           for c, spread in result["candidates"].items()}}
+    info = CheckSummary(decision=result["decision"], kept=controller.kept_order,
+                        seconds=time.time() - t0, steps=controller.check.total_steps,
+                        candidates={c: spread.get("ratio_median")
+                                    for c, spread in result["candidates"].items()})
     ratios = ", ".join(f"{c.upper()} {(v - 1) * 100:+.1f} %" for c, v in
-                       info["candidates"].items() if v is not None)
-    _progress(cfg, f"order check ({info['steps']} steps, {info['seconds']:.0f} s): {ratios} "
-                   f"vs TensorFlow's order; kept {info['kept'] or 'TensorFlow order'}")
+                       info.candidates.items() if v is not None)
+    _progress(cfg, f"order check ({info.steps} steps, {info.seconds:.0f} s): {ratios} "
+                   f"vs TensorFlow's order; kept {info.kept or 'TensorFlow order'}")
     return info
 
 
@@ -336,15 +343,15 @@ def _calibration_block(cfg: dict, r: Runner, name: str, rate_bits: float) -> lis
             _ask({"event": "reshape", "rate_bits": rate_bits})
 
 
-def in_run_compute(calibration: dict[str, list[float]]) -> dict | None:
+def in_run_compute(calibration: dict[str, list[float]]) -> InRunCompute | None:
     """The medians of the calibration blocks' steps (with the steps), or None where a
     kind has none (calibration off)."""
     if not all(calibration.get(n) for n in CALIBRATION):
         return None
-    return {"fast_link_s": _median(calibration[FAST_LINK]),
-            "compute_s": _median(calibration[NO_TRANSFER]),
-            "fast_link_steps": list(calibration[FAST_LINK]),
-            "compute_steps": list(calibration[NO_TRANSFER])}
+    return InRunCompute(fast_link_s=_median(calibration[FAST_LINK]),
+                        compute_s=_median(calibration[NO_TRANSFER]),
+                        fast_link_steps=calibration[FAST_LINK],
+                        compute_steps=calibration[NO_TRANSFER])
 
 
 def _rotation(names: list[str], round_index: int) -> list[str]:
@@ -402,8 +409,8 @@ def run(cfg: dict) -> dict:
     traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, _median(fast))
     compute_ref = _median(local)
-    compute_info = {"comp_s": comp, "compute_s": compute_ref, "fast_link_s": _median(fast),
-                    "trace_op_sum_s": traced_comp}
+    compute_info = ProfiledCompute(comp_s=comp, compute_s=compute_ref,
+                                   fast_link_s=_median(fast), trace_op_sum_s=traced_comp)
     # bytes: what each PS really served a worker per step while profiling (the gates
     # count every response). The trace's recv sizes count a tensor read over two edges
     # twice (ResNet-50 training: 180 MiB per worker against 90 MiB served), which put
@@ -416,7 +423,7 @@ def run(cfg: dict) -> dict:
                    f"trace op sum {traced_comp * 1e3:.0f} ms; parameters pulled per worker "
                    f"{sum(bytes_per_ps) / 2**20:.1f} MiB over {cfg['ps']} PS")
     global_batch = cfg["batch"] * len(cfg["interposed_tasks"])
-    runs = []
+    runs: list[RateRun] = []
     for rate_spec in cfg["rates"]:
         if rate_spec["kind"] == "ratio":
             unit = metrics.comm_seconds(bytes_per_ps, len(cfg["interposed_tasks"]), 1.0)
@@ -483,51 +490,55 @@ def run(cfg: dict) -> dict:
         in_run = in_run_compute(calibration)
         if in_run:
             _progress(cfg, f"in this rate's rounds: step over the fast link "
-                           f"{in_run['fast_link_s'] * 1e3:.0f} ms (profiled {comp * 1e3:.0f}), "
-                           f"with no transfer {in_run['compute_s'] * 1e3:.0f} ms "
+                           f"{in_run.fast_link_s * 1e3:.0f} ms (profiled {comp * 1e3:.0f}), "
+                           f"with no transfer {in_run.compute_s * 1e3:.0f} ms "
                            f"(profiled {compute_ref * 1e3:.0f}): the simulator's compute")
         predicted, sim_inputs = _predicted(
-            cfg, names, controllers, compute, in_run["fast_link_s"] if in_run else comp,
+            cfg, names, controllers, compute, in_run.fast_link_s if in_run else comp,
             rate_bits, {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
-            in_run["compute_s"] if in_run else compute_ref, sizes)
-        results = {}
+            in_run.compute_s if in_run else compute_ref, sizes)
+        results: dict[str, ScheduleSummary] = {}
         for name in names:
             summary = metrics.summarize(steps[name], global_batch, compute_ref, comm)
             if name not in (DIRECT, STOCK):  # (a bypassed gate records no step)
-                summary.update(metrics.rendezvous_counts(by_schedule[name]))
-                if name in controllers:
-                    summary["unscheduled"] = metrics.unscheduled_transfers(
-                        by_schedule[name], late, recv_names)
-                if name == CHECKED:
-                    summary["check"] = check
-            else:
-                summary.update(transfers=None, violations=None, violation_pct=None,
-                               skips=None, matched=None)
+                summary = dataclasses.replace(
+                    summary, gate=metrics.rendezvous_counts(by_schedule[name]),
+                    unscheduled=metrics.unscheduled_transfers(
+                        by_schedule[name], late, recv_names) if name in controllers
+                    else None,
+                    check=check if name == CHECKED else None)
             results[name] = summary
-        runs.append({
-            "rate_bits": rate_bits, "comp_s": comp, "compute_s": compute_ref, "comm_s": comm,
-            "comm_comp_ratio": comm / comp, "bytes_per_ps": bytes_per_ps,
-            "schedules": results,
-            "vs_default": metrics.compare(results, DIRECT) if DIRECT in results else {},
-            "step_times": {n: [s.step_time for s in steps[n]] for n in names},
-            "schedule_lengths": {n: len(c.schedule) if c.schedule else 0
-                                 for n, c in controllers.items()},
+        runs.append(RateRun(
+            rate_bits=rate_bits, comp_s=comp, compute_s=compute_ref, comm_s=comm,
+            comm_comp_ratio=comm / comp, bytes_per_ps=bytes_per_ps,
+            schedules=results,
+            vs_default=metrics.compare(results, DIRECT) if DIRECT in results else {},
+            step_times={n: [s.step_time for s in steps[n]] for n in names},
+            schedule_lengths={n: len(c.schedule) if c.schedule else 0
+                              for n, c in controllers.items()},
             # the simulator's step time per order (bench/predict.py), beside the measured
-            "predicted_step_s": predicted,
+            predicted_step_s=predicted,
             # its inputs: the CLI writes them to <result>.sim.json.gz (predict.save_inputs)
-            "sim_inputs": sim_inputs,
+            sim_inputs=sim_inputs,
             # the calibration blocks' medians and steps (None: not run); the simulator's
             # compute where present
-            "in_run": in_run,
-        })
+            in_run=in_run,
+        ))
         clear_everywhere(cfg["ps_addresses"])
         # each finished bandwidth is kept: a run cut short by --timeout keeps these
-        save_result(cfg["out"], {"param_bytes": r.work.param_bytes,
-                                 "global_batch": global_batch, "compute": compute_info,
-                                 "runs": runs})
+        save_result(cfg["out"], _output(r.work.param_bytes, global_batch, compute_info,
+                                        runs))
     r.close()
-    return {"param_bytes": r.work.param_bytes, "global_batch": global_batch,
-            "compute": compute_info, "runs": runs}
+    return _output(r.work.param_bytes, global_batch, compute_info, runs)
+
+
+def _output(param_bytes: int, global_batch: int, compute: ProfiledCompute,
+            runs: list[RateRun]) -> dict[str, Any]:
+    """What the client hands the runner (through ``config["out"]``): the parts of a
+    BenchRun it measured, each rate with its simulator inputs."""
+    return {"param_bytes": param_bytes, "global_batch": global_batch,
+            "compute": compute.to_json(),
+            "runs": [dict(run.to_json(), sim_inputs=run.sim_inputs) for run in runs]}
 
 
 def save_result(path: str, result: dict) -> None:

@@ -20,16 +20,20 @@ tower's last output, on the worker itself). Definitions:
   makespan lies outside [L, U] (the oracle then does not bound the step: E would leave
   [0, 1]); the summary counts those steps and says why E is missing.
 - violations and matched share from the rendezvous's records of the same steps.
+
+Each result is a record of :mod:`tictac_hooks.records` (ScheduleSummary, GateCounts,
+Comparison, UnscheduledTransfer).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from tictac_hooks.graph.simulate import efficiency
-from tictac_hooks.records import ClientStep, GateStep
+from tictac_hooks.records import (ClientStep, Comparison, GateCounts, GateStep, ScheduleSummary,
+                                  UnscheduledTransfer)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -59,6 +63,18 @@ def median_interval(values: Sequence[float], confidence: float = 0.95
     return xs[k - 1], xs[n - k]
 
 
+def median_ci(values: Sequence[float], level: float = 0.95, resamples: int = 2000,
+              seed: int = 0) -> tuple[float, float]:
+    """Bootstrap confidence interval of the median of ``values`` (``resamples`` draws
+    with replacement, seeded: the same values give the same interval)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    a = np.asarray(values)
+    meds = np.median(rng.choice(a, size=(resamples, len(a)), replace=True), axis=1)
+    return (float(np.quantile(meds, (1 - level) / 2)),
+            float(np.quantile(meds, (1 + level) / 2)))
+
+
 def coefficient_of_variation(values: Sequence[float]) -> float:
     if len(values) < 2:
         return 0.0
@@ -81,7 +97,7 @@ def comm_seconds(bytes_per_ps: Sequence[float], num_workers: int, rate_bits: flo
     return 8.0 * max(per_ps, sum(bytes_per_ps)) / rate_bits
 
 
-def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
+def rendezvous_counts(records: Iterable[GateStep]) -> GateCounts:
     """Violations and matched share from the gates' step records (one per step, worker
     and PS): transfers that broke the installed order (``violations``), their share
     of all transfers, ``reordered`` (handed back behind a later-listed transfer sent
@@ -100,45 +116,45 @@ def rendezvous_counts(records: Iterable[GateStep]) -> dict[str, Any]:
         if r.scheduled:
             scheduled += n
             unlisted += len(r.unlisted)
-    return {
-        "transfers": transfers,
-        "violations": violations,
-        "violation_pct": 100.0 * violations / transfers if transfers else None,
-        "skips": skips,
-        "reordered": reordered,
-        "matched": (scheduled - unlisted) / scheduled if scheduled else None,
+    return GateCounts(
+        transfers=transfers,
+        violations=violations,
+        violation_pct=100.0 * violations / transfers if transfers else None,
+        skips=skips,
+        reordered=reordered,
+        matched=(scheduled - unlisted) / scheduled if scheduled else None,
         # what the PSes really served a worker per step (the comm oracle assumes bytes)
-        "bytes_per_worker_step": statistics.median(served.values()) if served else None,
-    }
+        bytes_per_worker_step=statistics.median(served.values()) if served else None,
+    )
 
 
 def unscheduled_transfers(records: Iterable[GateStep], late: Iterable[str] = (),
-                          in_graph: Iterable[str] = ()) -> list[dict[str, Any]]:
+                          in_graph: Iterable[str] = ()) -> tuple[UnscheduledTransfer, ...]:
     """The transfers the installed order did not name (``unlisted`` in scheduled steps),
     largest first: name, bytes (as last served), steps it was seen in, and why the
     schedule left it out: ``late`` (graph/tf/traced.py left it unscheduled: it depends
     on work of the same step, e.g. a read after the update it feeds, or it is a PS
     tensor that is no parameter read), or ``not in the traced DAG``."""
     late, in_graph = set(late), set(in_graph) - set(late)
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, list[int]] = {}  # name -> [bytes, steps]
     for r in records:
         if not r.scheduled:
             continue
         sizes = {t.name: t.bytes for t in r.transfers}
         for name in r.unlisted:
-            entry = seen.setdefault(name, {"name": name, "bytes": 0, "steps": 0})
-            entry["bytes"] = sizes.get(name, entry["bytes"])
-            entry["steps"] += 1
-    for entry in seen.values():
-        name = entry["name"]
-        entry["reason"] = ("late" if name in late else
-                           "in the DAG, not in the order" if name in in_graph else
-                           "not in the traced DAG")
-    return sorted(seen.values(), key=lambda e: (-e["bytes"], e["name"]))
+            entry = seen.setdefault(name, [0, 0])
+            entry[0] = sizes.get(name, entry[0])
+            entry[1] += 1
+    out = [UnscheduledTransfer(name, nbytes, steps,
+                               "late" if name in late else
+                               "in the DAG, not in the order" if name in in_graph else
+                               "not in the traced DAG")
+           for name, (nbytes, steps) in seen.items()]
+    return tuple(sorted(out, key=lambda e: (-e.bytes, e.name)))
 
 
 def summarize(steps: Sequence[ClientStep], global_batch: int, comp: float | None = None,
-              comm: float | None = None) -> dict[str, Any]:
+              comm: float | None = None) -> ScheduleSummary:
     """The metrics of one schedule's steps (see the module docstring)."""
     if not steps:
         raise ValueError("no steps to summarize")
@@ -159,36 +175,36 @@ def summarize(steps: Sequence[ClientStep], global_batch: int, comp: float | None
                 f"[{low:.4f}, {high:.4f}] s (comp {comp:.4f} s, comm {comm:.4f} s): the "
                 "time oracle does not bound them, so E is not reported for them")
     straggler = [s.straggler_pct() for s in steps]
-    return {
-        "steps": len(steps),
-        "throughput": global_batch * len(times) / sum(times),
-        "step_time_mean": statistics.fmean(times),
-        "step_time_median": statistics.median(times),
-        "step_time_p95": quantile(times, 0.95),
-        "step_time_cv": coefficient_of_variation(times),
-        "straggler_pct": statistics.fmean(straggler),
-        "straggler_pct_p95": quantile(straggler, 0.95),
-        "efficiency_median": statistics.median(effs) if effs else None,
-        "efficiency_steps": len(effs),
-        "efficiency_note": note,
-        "makespan_median": statistics.median(s.makespan for s in steps),
-    }
+    return ScheduleSummary(
+        steps=len(steps),
+        throughput=global_batch * len(times) / sum(times),
+        step_time_mean=statistics.fmean(times),
+        step_time_median=statistics.median(times),
+        step_time_p95=quantile(times, 0.95),
+        step_time_cv=coefficient_of_variation(times),
+        straggler_pct=statistics.fmean(straggler),
+        straggler_pct_p95=quantile(straggler, 0.95),
+        efficiency_median=statistics.median(effs) if effs else None,
+        efficiency_steps=len(effs),
+        efficiency_note=note,
+        makespan_median=statistics.median(s.makespan for s in steps),
+    )
 
 
-def compare(results: Mapping[str, Mapping[str, Any]], baseline: str = "none"
-            ) -> dict[str, dict[str, float | None]]:
+def compare(results: Mapping[str, ScheduleSummary], baseline: str = "none"
+            ) -> dict[str, Comparison]:
     """Per schedule, ratios against ``baseline``: throughput gain (%), CV cut (x),
     straggler cut (x)."""
     base = results.get(baseline)
-    out: dict[str, dict[str, float | None]] = {}
+    out: dict[str, Comparison] = {}
     if not base:
         return out
     for name, r in results.items():
-        out[name] = {
-            "throughput_gain_pct": 100.0 * (r["throughput"] / base["throughput"] - 1.0),
-            "cv_cut": _ratio(base["step_time_cv"], r["step_time_cv"]),
-            "straggler_cut": _ratio(base["straggler_pct"], r["straggler_pct"]),
-        }
+        out[name] = Comparison(
+            throughput_gain_pct=100.0 * (r.throughput / base.throughput - 1.0),
+            cv_cut=_ratio(base.step_time_cv, r.step_time_cv),
+            straggler_cut=_ratio(base.straggler_pct, r.straggler_pct),
+        )
     return out
 
 

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import selectors
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,7 @@ from tictac_hooks import flags as tictac_flags
 from tictac_hooks.bench import workloads
 from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK, WC
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
+from tictac_hooks.records import BenchConfigRecord, BenchRun, MachineLoad
 
 WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
 
@@ -133,9 +135,39 @@ def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:
     return out
 
 
-def machine_load() -> dict[str, Any]:
+def machine_load() -> MachineLoad:
     load = os.getloadavg()
-    return {"loadavg_1m": load[0], "loadavg_5m": load[1], "cpus": os.cpu_count()}
+    return MachineLoad(loadavg_1m=load[0], loadavg_5m=load[1], cpus=os.cpu_count() or 0)
+
+
+def source_revision(path: str | None = None) -> tuple[str, bool]:
+    """(commit, dirty) of the git checkout holding ``path`` (default: this package):
+    ``git rev-parse HEAD``, and whether a tracked file differs from it. ("", False)
+    where it is no git checkout (an installed wheel) or git is missing."""
+    where = path or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", where, "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=30)
+        if head.returncode != 0:
+            return "", False
+        status = subprocess.run(["git", "-C", where, "status", "--porcelain",
+                                 "--untracked-files=no"], capture_output=True, text=True,
+                                timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "", False
+    return head.stdout.strip(), bool(status.stdout.strip()) or status.returncode != 0
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command line that ran this process (``argv``, default ``sys.argv``), the
+    program by its base name, ``tictac`` for ``python -m tictac_hooks.cli``: e.g.
+    ``tictac bench --quick``."""
+    argv = list(sys.argv if argv is None else argv)
+    if not argv:
+        return ""
+    cli = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cli.py")
+    program = "tictac" if os.path.abspath(argv[0]) == cli else os.path.basename(argv[0])
+    return shlex.join([program] + argv[1:])
 
 
 def _worker_cpus(config: BenchConfig, w: int, total: int) -> dict[int, int] | None:
@@ -148,8 +180,11 @@ def _worker_cpus(config: BenchConfig, w: int, total: int) -> dict[int, int] | No
     return {i: cpus[(i % w) % len(cpus)] for i in range(total)}
 
 
-def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Runs one configuration (every bandwidth of it) and returns the result JSON."""
+def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
+        command: str | None = None) -> BenchRun:
+    """Runs one configuration (every bandwidth of it) and returns its result, which
+    records the package's commit and ``command`` (default: this process's command
+    line)."""
     from tictac_hooks.cluster import netns
     from tictac_hooks.cluster.launcher import LocalCluster
     config.validate()
@@ -163,9 +198,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
         shaped, why = False, "--loopback given"
     else:
         shaped, why = netns.available()
-    network: dict[str, Any] = {"shaped": shaped}
     if not shaped:
-        network["reason"] = why
         banner = ("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to "
                   "LOOPBACK: these numbers do NOT measure a shaped link; TicTac's gains\n"
                   "need a communication-bound setting. Run as root with iproute2 (tc).\n"
@@ -214,17 +247,20 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None) -> d
                               window_bytes=config.window_bytes,
                     worker_cpus=_worker_cpus(config, w, total_workers)) as cluster:
                 result = _drive(cluster, cfg, tmp, config.timeout_s, None, say)
-    for run_ in result["runs"]:
-        run_["rate"] = f"{run_['rate_bits'] / 1e6:.0f}mbit"
-    out = {
-        "config": {**dataclasses.asdict(config), "batch": batch, "label": config.label,
-                   "bandwidth": list(config.bandwidth), "schedules": list(config.schedules)},
-        "network": network, "machine": {"before": load_before, "after": machine_load()},
-        "wall_s": time.time() - started, **result,
-    }
-    if out["runs"]:  # the first bandwidth's per-schedule metrics, at the top level too
-        out["schedules"] = out["runs"][0]["schedules"]
-    return out
+    commit, dirty = source_revision()
+    # the client's output (read from its file) with what the runner knows
+    return BenchRun.from_json({
+        **result, "config": config_record(config, batch).to_json(),
+        "network": {"shaped": shaped, "reason": "" if shaped else why},
+        "machine": {"before": load_before.to_json(), "after": machine_load().to_json()},
+        "wall_s": time.time() - started, "commit": commit, "dirty": dirty,
+        "command": command_line() if command is None else command})
+
+
+def config_record(config: BenchConfig, batch: int) -> BenchConfigRecord:
+    """``config`` as its result records it, with the per-worker batch it ran."""
+    return BenchConfigRecord(**{**dataclasses.asdict(config), "batch": batch,
+                                "label": config.label})
 
 
 def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,

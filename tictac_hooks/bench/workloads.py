@@ -154,3 +154,26 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
         init = tf.compat.v1.global_variables_initializer()
     param_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
     return Workload(graph, init, sets, variables, param_bytes, all_variables, compute)
+
+
+def comm_heavy(worker: int, num_vars: int = 16, var_mib: int = 4, ps: int = 0
+               ) -> tuple[Any, Any, Any]:
+    """(graph, initializer, train op) of a model that is nearly all communication:
+    ``num_vars`` square float32 variables of ``var_mib`` MiB each on PS task ``ps``,
+    one matmul each on worker task ``worker`` (batch 8), plain SGD. The gate-cost
+    benchmarks (benchmarks/bench_rendezvous.py, bench_shaped_overhead.py) step it."""
+    import numpy as np
+    import tensorflow as tf
+    g = tf.Graph()
+    with g.as_default():
+        n = int((var_mib << 18) ** 0.5)
+        with tf.device(f"/job:ps/task:{ps}"):
+            ws = [tf.compat.v1.get_variable(f"w{i}", shape=[n, n],
+                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=i))
+                  for i in range(num_vars)]
+        with tf.device(f"/job:worker/task:{worker}"):
+            x = tf.constant(np.random.RandomState(0).randn(8, n).astype("float32"))
+            loss = tf.add_n([tf.reduce_mean((x @ w) ** 2) for w in ws])
+            train = tf.compat.v1.train.GradientDescentOptimizer(1e-4).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    return g, init, train

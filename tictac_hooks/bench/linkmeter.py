@@ -1,4 +1,4 @@
-"""Measurements over a shaped test network: what a link really carries.
+"""Link meters over a shaped test network: what a link really carries.
 
 ``bulk_transfer`` (goodput and wire rate of one TCP stream), ``tcp_rtt`` (round trips of
 1-byte echoes) and ``egress_bytes`` (bytes through a host's token bucket, from ``tc -s``),

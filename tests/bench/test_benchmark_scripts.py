@@ -1,0 +1,50 @@
+"""The scripts in benchmarks/: their pure parts (no cluster, no network)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():
+    import importlib.util
+    path = os.path.join(ROOT, "benchmarks", "bench_shaped_overhead.py")
+    spec = importlib.util.spec_from_file_location("bench_shaped_overhead", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    orders = list(mod.rotations(4))
+    # every round launches each kind once; each kind takes each position once in 3 rounds
+    assert all(sorted(o) == sorted(mod.KINDS) for o in orders)
+    assert {o[0] for o in orders[:3]} == set(mod.KINDS)
+    assert orders[3] == orders[0]
+    steps = {"plain": [[1.0, 1.2, 1.0], [2.0, 2.0, 9.0]],  # launch medians 1.0 and 2.0
+             "gate": [[1.01, 1.01, 5.0], [2.04, 2.04, 2.0]],
+             "plain again": [[0.99, 0.99, 0.99], [2.0, 2.0, 2.0]]}
+    ratios = mod.relaunch_ratios(steps)
+    assert ratios["gate"] == pytest.approx([1.01, 1.02])
+    assert ratios["plain again"] == pytest.approx([0.99, 1.0])
+    assert "plain" not in ratios
+    # the CPU bound: PS CPU per step of each kind over all its blocks, the gate's extra
+    # as a share of the plain median step (1.6 s here: the median of the six steps)
+    cpu = {"plain": [0.3, 0.3], "gate": [0.33, 0.33], "plain again": [0.3, 0.24]}
+    b = mod.cpu_bound(steps, cpu)
+    assert b["cpu_per_step"]["gate"] == pytest.approx(0.11)
+    assert b["gate_extra"] == pytest.approx(0.01) and b["aa_extra"] == pytest.approx(-0.01)
+    assert b["plain_step"] == pytest.approx(1.6) and b["bound"] == pytest.approx(0.01 / 1.6)
+    # this process's CPU seconds, as /proc reports them: positive, and they grow
+    t0 = mod.process_cpu_s(os.getpid())
+    sum(i * i for i in range(3_000_000))
+    assert mod.process_cpu_s(os.getpid()) > t0 > 0
+
+
+@pytest.mark.slow
+def test_the_comm_heavy_model_holds_its_bytes_on_the_ps():
+    from tictac_hooks.bench.workloads import comm_heavy
+    g, init, train = comm_heavy(1, num_vars=3, var_mib=1, ps=0)
+    variables = g.get_collection("variables")
+    assert len(variables) == 3 and init.graph is g and train.graph is g
+    assert all(v.device.endswith("/job:ps/task:0") for v in variables)
+    assert sum(v.shape.num_elements() * 4 for v in variables) == 3 * (1 << 20)

@@ -1,0 +1,120 @@
+"""bench/client.py: the block rotation, settling, calibration and served bytes, with
+stand-ins for the cluster (no TensorFlow)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+import pytest
+
+from tictac_hooks.records import ClientStep
+
+from .results import gate_step
+
+
+def test_rotation_balances_positions():
+    from tictac_hooks.bench.client import _rotation
+    names = ["none", "rendezvous", "tic"]
+    assert _rotation(names, 0) == ["none", "rendezvous", "tic"]
+    assert _rotation(names, 1) == ["none", "tic", "rendezvous"]
+    firsts = {_rotation(names, r)[0] for r in range(6)}
+    assert firsts == set(names)
+
+
+def test_compute_is_measured_once_the_step_time_has_settled():
+    from tictac_hooks.bench.client import settled_makespans
+    # Start-up steps (allocation, kernel selection) are slow; the median of three
+    # settles at 1.0 and is what counts.
+    times = iter([3.0, 2.0, 1.6, 1.2, 1.0, 1.0, 1.0, 1.01, 0.99, 1.0, 1.0])
+    assert settled_makespans(lambda: next(times), 3, steps=11) == [0.99, 1.0, 1.0]
+    # A plateau on the way down does not end it: the lower level counts.
+    plateau = iter([3.0, 1.3, 1.3, 1.3, 1.3, 1.3, 1.0, 1.0, 1.0, 1.0])
+    assert settled_makespans(lambda: next(plateau), 2, steps=10) == [1.0, 1.0]
+    # A slow spike after settling does not count; one fast step alone does not either.
+    spiky = iter([1.0, 1.0, 1.0, 1.6, 1.7, 0.2, 1.9, 1.8])
+    assert statistics.median(settled_makespans(lambda: next(spiky), 3, steps=8)) == 1.0
+    # The number of steps: as asked, and at least two windows.
+    calls = []
+    assert settled_makespans(lambda: calls.append(1) or 1.0, 5, steps=4) == [1.0] * 5
+    assert len(calls) == 10
+
+
+def test_calibration_blocks_measure_the_fast_link_and_the_compute_in_the_rounds(monkeypatch):
+    from tictac_hooks.bench import client
+    asked = []
+    monkeypatch.setattr(client, "_ask", lambda event: asked.append(event) or "shaped")
+
+    class Runner:  # steps of 1.1, 1.2, ... s over the link, 0.5 s with no transfer
+        def __init__(self):
+            self.calls = []
+
+        def step(self, which):
+            self.calls.append(("step", which))
+            return ClientStep("", 1.0 + 0.1 * len(self.calls), ())
+
+        def compute_step(self):
+            self.calls.append(("compute", None))
+            return ClientStep("", 0.5, ())
+    cfg = {"shaped": True, "profile_rate_bits": 1e11, "settle_steps": 1, "block_steps": 3}
+    r = Runner()
+    fast = client._calibration_block(cfg, r, client.FAST_LINK, 2e9)
+    # the link goes to the profiling rate for the block and back to the run's rate; the
+    # settle step is not measured
+    assert asked == [{"event": "reshape", "rate_bits": 1e11},
+                     {"event": "reshape", "rate_bits": 2e9}]
+    assert fast == pytest.approx([1.2, 1.3, 1.4]) and r.calls == [("step", 0)] * 4
+    asked.clear()
+    assert client._calibration_block(cfg, r, client.NO_TRANSFER, 2e9) == [0.5] * 3
+    assert not asked  # the compute reference moves nothing: no reshape
+    # a failing step still gives the link back its rate
+    r.step = lambda which: 1 / 0
+    with pytest.raises(ZeroDivisionError):
+        client._calibration_block(cfg, r, client.FAST_LINK, 2e9)
+    assert asked[-1] == {"event": "reshape", "rate_bits": 2e9}
+    asked.clear()
+    client._calibration_block(dict(cfg, shaped=False), Runner(), client.FAST_LINK, 2e9)
+    assert not asked  # loopback: nothing to reshape
+    # the medians the simulator gets, and none without both kinds of block
+    got = client.in_run_compute({client.FAST_LINK: [0.3, 0.1, 0.2],
+                                 client.NO_TRANSFER: [0.05, 0.07]})
+    assert got.fast_link_s == pytest.approx(0.2) and got.compute_s == pytest.approx(0.06)
+    assert client.in_run_compute({client.FAST_LINK: [0.3], client.NO_TRANSFER: []}) is None
+
+
+def test_comm_bytes_are_what_each_ps_served_a_worker_per_step():
+    from tictac_hooks.bench.client import served_bytes_per_ps
+    base = gate_step(["a"], violations=0, skips=0, version=None)
+    recs = [dataclasses.replace(base, ps=ps, step_id=s, bytes=b)
+            for ps, s, b in (("p0", 1, 100), ("p0", 2, 120), ("p0", 3, 90), ("p1", 1, 40),
+                             ("p1", 2, 0))]  # a step with nothing served does not count
+    assert served_bytes_per_ps(recs, ["p0", "p1"]) == [100.0, 40.0]
+    assert served_bytes_per_ps(recs, ["p0", "p1", "p2"]) is None  # p2 recorded nothing
+
+
+def test_bytes_per_transfer_names_each_edge_of_a_tensor_sent_over_two():
+    from tictac_hooks.records import TransferRecord, bytes_per_transfer
+    def rec(step, *sizes):
+        return dataclasses.replace(
+            gate_step([], violations=0, skips=0, version=None), step_id=step,
+            transfers=tuple(TransferRecord(n, "pass", -1, b, 0.0, 0.0, -1, 0.0,
+                                           tensor=tensor)
+                            for n, b, tensor in sizes))
+    records = [
+        # an older gate, no order installed: both edges of "w" under its node name
+        rec(1, ("w", 400, ""), ("w", 8, ""), ("v", 100, "")),
+        # an order naming the edges: the gate records each by its own name
+        rec(2, ("edge_1_w", 400, ""), ("edge_2_w", 8, ""), ("v", 120, ""), ("other", 5, "")),
+        rec(3, ("edge_1_w", 402, ""), ("edge_2_w", 8, ""), ("v", 110, "")),
+    ]
+    names = ["edge_1_w", "edge_2_w", "v", "absent"]
+    assert bytes_per_transfer(records, names) == {"edge_1_w": 401.0, "edge_2_w": 8.0,
+                                                  "v": 110.0}
+    assert bytes_per_transfer(records[:1], ["w"]) == {}  # ambiguous in every step
+    # no order installed, the gate saying which edge each copy was
+    profiled = [rec(4, ("w", 398, "edge_1_w"), ("w", 8, "edge_2_w"), ("v", 100, ""))]
+    assert bytes_per_transfer(profiled) == {"edge_1_w": 398.0, "edge_2_w": 8.0, "v": 100.0}
+    # an errored call says nothing about its size
+    failed = [dataclasses.replace(profiled[0], transfers=(
+        dataclasses.replace(profiled[0].transfers[0], error="CANCELLED"),))]
+    assert bytes_per_transfer(failed) == {}
