@@ -21,12 +21,14 @@ def traced_function(step_function: Any, what: str) -> Any:
 
 
 def dag_of(concrete: Any, compute_times: Mapping[str, float] | None = None,
-           bandwidth: float | None = None) -> StepDAG:
+           bandwidth: float | None = None, model: Any = None) -> StepDAG:
     """The DAG of a traced step function: its reads of PS variables are the recvs.
     Reads ordered after same-step work (their inputs were dropped) are left
-    unscheduled (``late``)."""
+    unscheduled (``late``). With ``model``, each recv carries its variable's position
+    in the model's variable list (``Op.declared``, for the ``declared`` baseline)."""
     from tictac_hooks.graph.tf.functions import extract_concrete_function
-    extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
+    extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"],
+                                           declared=model)
     return StepDAG(extraction.graph, compute_times, late=frozenset(extraction.dropped_inputs),
                    bandwidth=bandwidth)
 
