@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import socket
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -624,3 +625,78 @@ def test_recvs_no_variable_declares_follow_the_declared_ones_in_graph_order():
     assert all(r.declared is None for r in g.recvs)  # a copy
     assert {r.name: r.declared for r in with_declared(g, lambda n: None).recvs} == \
         {"late": 0, "b": 1, "other": 2, "a": 3}
+
+
+_PSS_DECLARED = r'''
+import json, os, socket, sys
+import tensorflow as tf, tf_keras as keras
+from tensorflow.python.distribute import multi_worker_test_base as mwtb
+sys.path.insert(0, sys.argv[1])
+import ps_models
+from tictac_hooks.patches import keras_internals
+from tictac_hooks.graph.tf.functions import extract_concrete_function
+
+
+def port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+mwtb.pick_unused_port = port  # no portpicker here
+spec = tf.train.ClusterSpec(mwtb.create_in_process_cluster(num_workers=1, num_ps=2,
+                                                           rpc_layer="grpc"))
+strategy = tf.distribute.ParameterServerStrategy(
+    tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc"),
+    variable_partitioner=ps_models.tutorial_partitioner(tf, 2, 64 << 10))
+out = {}
+for kind, kw in (("reverse_declared", {"width": 256}),
+                 ("tied_transformer", {"vocab": 2000, "seq": 8})):
+    with strategy.scope():
+        model, dataset_fn = ps_models.BUILDERS[kind](keras, tf, **kw)
+        ps_models.compile_model(keras, model, kind)
+    model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1,
+              steps_per_epoch=2, verbose=0)
+    (fn,) = keras_internals.traced_step_functions(model.train_function)[-1:]
+    ext = extract_concrete_function(fn, remote_variables=["/job:ps"], declared=model)
+    out[kind] = {"trainable": [v.name for v in model.trainable_variables],
+                 "recvs": [[ext.recv_variables[r.name], r.declared, r.channel]
+                           for r in ext.graph.recvs]}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.cluster
+def test_declared_positions_under_parameter_server_strategy_with_sharded_kernels(tmp_path):
+    """fit under ParameterServerStrategy with MinSizePartitioner (2 PS): tf_keras lists
+    each shard of a sharded variable in model.trainable_variables; all shards of one
+    variable (on both PSes) share its position, the tied embedding's two reads too."""
+    import json
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", _PSS_DECLARED, os.path.join(root, "examples")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def param(name):
+        return re.sub(r"/part_\d+$", "", name.split(":")[0])
+    for kind, data in out.items():
+        params = list(dict.fromkeys(param(n) for n in data["trainable"]))
+        assert len(params) < len(data["trainable"]), kind  # some variable is sharded
+        seen = collections.defaultdict(set)
+        channels = collections.defaultdict(set)
+        for variable, declared, channel in data["recvs"]:
+            seen[param(variable)].add(declared)
+            channels[param(variable)].add(channel)
+        for k, p in enumerate(params):  # one position per variable, its list index
+            assert seen[p] == {k}, (kind, p, seen[p])
+        assert any(len(channels[p]) == 2 for p in params)  # shards on both PSes
+        others = {p for p in seen if p not in params}
+        assert others and min(min(seen[p]) for p in others) == len(params)
+    reads = collections.Counter(param(v) for v, _, _ in out["tied_transformer"]["recvs"])
+    assert reads["token_embedding/embeddings"] == 4  # two shards, read twice
+    assert list(dict.fromkeys(param(n) for n in out["reverse_declared"]["trainable"])) == \
+        [f"{layer}/{w}" for layer in ("head", "fc3", "fc2", "fc1") for w in ("kernel", "bias")]
