@@ -544,3 +544,33 @@ def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tm
     assert records["unfinished"] in (0, 1), records
     order = summary["order"]
     assert order["followed"] <= order["scheduled_steps"] <= records["worker_steps"]
+
+
+def test_a_model_whose_variable_list_cannot_be_read_costs_the_baseline_only(caplog,
+                                                                           monkeypatch):
+    """dag_of: if the declaration positions fail, one warning and the DAG without them
+    (TicTac's own orders need none); a failing extraction itself still raises."""
+    import tensorflow as tf
+    from tictac_hooks.callbacks.step_function import dag_of
+    from tictac_hooks.graph.tf import functions
+
+    class Broken:
+        @property
+        def trainable_variables(self):
+            raise RuntimeError("no variables here")
+
+    w = tf.Variable(tf.ones([2]), name="w_dag_of")
+    concrete = tf.function(lambda: tf.reduce_sum(w)).get_concrete_function()
+    real = functions.extract_concrete_function
+
+    def everything_remote(fn, remote_variables=None, declared=None):
+        return real(fn, None, declared=declared)
+    monkeypatch.setattr(functions, "extract_concrete_function", everything_remote)
+    with caplog.at_level("WARNING", logger="tictac"):
+        dag = dag_of(concrete, model=Broken())
+    assert [r.declared for r in dag.graphs.recvs] == [None]
+    assert "declaration order could not be read (RuntimeError: no variables here)" \
+        in caplog.text
+    assert [r.declared for r in dag_of(concrete, model=[w]).graphs.recvs] == [0]
+    with pytest.raises(ValueError, match="ConcreteFunction"):
+        dag_of(object(), model=Broken())
