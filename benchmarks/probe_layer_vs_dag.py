@@ -1,10 +1,10 @@
 """How far apart are first-use order (formerly "layer") and the DAG orders, and how much
 could any order gain?
 
-Issue #11 asks why TIC and TAC do no better than first-use (then "layer") order. For each model and mode
-this builds the worker DAG (`tictac analyze`'s path: a keras.applications model with
-random weights, its traced step, compute times profiled on this CPU), sets the link so
-that the step's wire time is R x its compute (R in --ratios), and reports, in the
+Issue #11 asks why TIC and TAC do no better than first-use (then "layer") order. For
+each model and mode this builds the worker DAG (`tictac analyze`'s path: a
+keras.applications model with random weights, its traced step, compute times profiled
+on this CPU), sets the link so that the step's wire time is R x its compute (R in --ratios), and reports, in the
 simulator (graph/simulate.py, Eq. 1-3's model of one iteration):
 
 - how alike the orders are: of the transfer pairs TIC orders (its priorities differ;

@@ -4,10 +4,10 @@ Every task (PS, workers, the client) runs in its own network namespace behind a 
 link shaped with ``tc`` (:class:`~tictac_hooks.cluster.netns.ShapedNetwork`). There are
 two sets of ``W`` identical worker tasks with identical links: the *interposed* set
 reaches the PS tasks through the TicTac gate (schedules "rendezvous" = the gate with no
-schedule, "tic", "tac", "random", "first-use", "declared"), the *direct* set reaches plain TensorFlow
-servers ("none": TensorFlow's default, no gate): with the native backend (default) a
-plain twin of each PS on the same host, with the proxy the TensorFlow server behind it. Only one set
-runs at a time, in rotating blocks, so both see the same PS links, CPU and drift.
+schedule, "tic", "tac", "random", "first-use", "declared"), the *direct* set reaches
+plain TensorFlow servers ("none": TensorFlow's default, no gate): with the native
+backend (default) a plain twin of each PS on the same host, with the proxy the
+TensorFlow server behind it. Only one set runs at a time, in rotating blocks, so both see the same PS links, CPU and drift.
 Without root or ``tc`` it falls back to loopback and says so, in its output and JSON.
 """
 

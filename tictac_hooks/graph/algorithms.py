@@ -251,10 +251,10 @@ def declared_order(graph: Graph) -> Schedule:
 
 def compute_order(graph: Graph, algorithm: str, seed: int = 0) -> Schedule:
     """Dispatches by name: ``tic``, ``tac``, ``tac-paper``, ``random`` (with ``seed``),
-    ``first-use`` (alias ``layer``, said once) or ``declared``; on the graph's parameters (:func:`parameter_graph`: a partitioned
-    variable's shards are one parameter, each shard of it takes the parameter's place),
-    then with every recv that has inputs moved after the recvs those depend on
-    (:func:`after_inputs`)."""
+    ``first-use`` (alias ``layer``, said once) or ``declared``; on the graph's
+    parameters (:func:`parameter_graph`: a partitioned variable's shards are one
+    parameter, each shard of it takes the parameter's place), then with every recv
+    that has inputs moved after the recvs those depend on (:func:`after_inputs`)."""
     algorithm = canonical_algorithm(algorithm)
     merged, members = parameter_graph(graph)
     if algorithm == "tic":
