@@ -4,14 +4,15 @@ could any order gain?
 Issue #11 asks why TIC and TAC do no better than first-use (then "layer") order. For
 each model and mode this builds the worker DAG (`tictac analyze`'s path: a
 keras.applications model with random weights, its traced step, compute times profiled
-on this CPU), sets the link so that the step's wire time is R x its compute (R in --ratios), and reports, in the
-simulator (graph/simulate.py, Eq. 1-3's model of one iteration):
+on this CPU), sets the link so that the step's wire time is R x its compute (R in
+--ratios), and reports, in the simulator (graph/simulate.py, Eq. 1-3's model of one
+iteration):
 
 - how alike the orders are: of the transfer pairs TIC orders (its priorities differ;
   TIC leaves tie groups unordered), the share first-use order puts the same way round;
 - the simulated step under TIC, TAC, the paper's per-recv TAC, first-use order and
   declared order (the model's variable list), and under the best order a local
-  search found (insertion moves from the best of the three, accepted when the
+  search found (insertion moves from the best of them, accepted when the
   simulated step shrinks): the most the model says an order could gain over first-use;
 - L* (simulate.dependency_lower_bound): no order beats it.
 
