@@ -1,16 +1,19 @@
-"""How far apart are layer order and the DAG orders, and how much could any order gain?
+"""How far apart are first-use order (formerly "layer") and the DAG orders, and how much
+could any order gain?
 
-Why do TIC and TAC do no better than layer order? For each model and mode
-this builds the worker DAG (`tictac analyze`'s path: a keras.applications model with
-random weights, its traced step, compute times profiled on this CPU), sets the link so
-that the step's wire time is R x its compute (R in --ratios), and reports, in the
-simulator (graph/simulate.py, Eq. 1-3's model of one iteration):
+Why do TIC and TAC do no better than first-use (then "layer") order? For
+each model and mode this builds the worker DAG (`tictac analyze`'s path: a
+keras.applications model with random weights, its traced step, compute times profiled
+on this CPU), sets the link so that the step's wire time is R x its compute (R in
+--ratios), and reports, in the simulator (graph/simulate.py, Eq. 1-3's model of one
+iteration):
 
 - how alike the orders are: of the transfer pairs TIC orders (its priorities differ;
-  TIC leaves tie groups unordered), the share layer order puts the same way round;
-- the simulated step under TIC, TAC, the paper's per-recv TAC and layer order, and under the best order a local
-  search found (insertion moves from the best of the three, accepted when the
-  simulated step shrinks): the most the model says an order could gain over layer;
+  TIC leaves tie groups unordered), the share first-use order puts the same way round;
+- the simulated step under TIC, TAC, the paper's per-recv TAC, first-use order and
+  declared order (the model's variable list), and under the best order a local
+  search found (insertion moves from the best of them, accepted when the
+  simulated step shrinks): the most the model says an order could gain over first-use;
 - L* (simulate.dependency_lower_bound): no order beats it.
 
     .venv/bin/python benchmarks/probe_layer_vs_dag.py            # about 6 minutes
@@ -38,6 +41,9 @@ from tictac_hooks.graph.algorithms import compute_order  # noqa: E402
 from tictac_hooks.graph.dag import RECV  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 from tictac_hooks.graph.simulate import dependency_lower_bound, simulate  # noqa: E402
+
+# the orders simulated, in the table's column order
+ALGORITHMS = ("tic", "tac", "tac-paper", "first-use", "declared")
 
 
 def agreement(a: Schedule, b: Schedule) -> tuple[float, int]:
@@ -96,10 +102,10 @@ def main() -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if a.keras == "tf_keras" else "0"
     from tictac_hooks.graph.tf.analyze import analyzed_graph
     rows = []
-    print("| model | mode | recvs | TIC tie groups | TIC's pairs layer keeps | comm/comp "
-          "| TIC | TAC | TAC (paper) | layer | best found | L* | layer over best DAG | best found over "
-          "layer | L* over layer |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | mode | recvs | TIC tie groups | TIC's pairs first-use keeps | comm/comp "
+          "| TIC | TAC | TAC (paper) | first-use | declared | best found | L* | first-use over "
+          "best DAG | best found over first-use | L* over first-use |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for model in a.models.split(","):
         for mode in a.modes.split(","):
             base = analyzed_graph(model, training=mode == "training",
@@ -107,27 +113,26 @@ def main() -> None:
                                   progress=False)
             for ratio in (float(r) for r in a.ratios.split(",")):
                 g = with_ratio(base, ratio)
-                orders = {alg: compute_order(g, alg)
-                          for alg in ("tic", "tac", "tac-paper", "layer")}
+                orders = {alg: compute_order(g, alg) for alg in ALGORITHMS}
                 sim = {alg: simulate(g, s).makespan for alg, s in orders.items()}
                 t0 = time.perf_counter()
                 first = min(sim, key=sim.get)
                 found, found_m = local_search(g, list(orders[first].order), a.search_evals)
                 lstar = dependency_lower_bound(g)
-                agree, groups = agreement(orders["tic"], orders["layer"])
+                agree, groups = agreement(orders["tic"], orders["first-use"])
                 row = {"model": model, "mode": mode, "recvs": len(g.recvs), "ratio": ratio,
-                       "tic_tie_groups": groups, "tic_pairs_layer_keeps": agree,
+                       "tic_tie_groups": groups, "tic_pairs_first_use_keeps": agree,
                        "sim_s": sim, "best_found_s": found_m, "lower_dependency_s": lstar,
                        "search_s": time.perf_counter() - t0}
                 rows.append(row)
                 best_dag = min(sim["tic"], sim["tac"])
                 print(f"| {model} | {mode} | {row['recvs']} | {groups} | {agree:.1%} | "
                       f"{ratio:g} | "
-                      + " | ".join(f"{sim[k] * 1e3:.1f}" for k in ("tic", "tac", "tac-paper", "layer"))
+                      + " | ".join(f"{sim[k] * 1e3:.1f}" for k in ALGORITHMS)
                       + f" | {found_m * 1e3:.1f} | {lstar * 1e3:.1f} | "
-                      f"{(sim['layer'] / best_dag - 1) * 100:+.1f} % | "
-                      f"{(sim['layer'] / found_m - 1) * 100:+.1f} % | "
-                      f"{(sim['layer'] / lstar - 1) * 100:+.1f} % |", flush=True)
+                      f"{(sim['first-use'] / best_dag - 1) * 100:+.1f} % | "
+                      f"{(sim['first-use'] / found_m - 1) * 100:+.1f} % | "
+                      f"{(sim['first-use'] / lstar - 1) * 100:+.1f} % |", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

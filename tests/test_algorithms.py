@@ -1,5 +1,6 @@
 """TIC and TAC: the paper's examples, Johnson optimality, brute force on small DAGs."""
 
+import dataclasses
 import itertools
 import math
 
@@ -8,8 +9,9 @@ import pytest
 
 from graph_builders import chains, random_dag
 from tictac_hooks.graph import Graph, GraphError, Op, Schedule
-from tictac_hooks.graph.algorithms import (compute_order, layer_order, random_order, tac,
-                                           tac_paper, tic)
+from tictac_hooks.graph import algorithms as algorithms_module
+from tictac_hooks.graph.algorithms import (compute_order, declared_order, first_use_order,
+                                           peer_label, random_order, tac, tac_paper, tic)
 from tictac_hooks.graph.properties import DependencyClasses, JobState, OutstandingState
 from tictac_hooks.graph.simulate import simulate
 
@@ -149,7 +151,7 @@ def test_tac_beats_random_and_tic_on_small_random_dags_against_brute_force():
     assert mean["tac"] <= mean["tac-paper"], mean
 
 
-@pytest.mark.parametrize("alg", ["tic", "tac", "tac-paper", "layer"])
+@pytest.mark.parametrize("alg", ["tic", "tac", "tac-paper", "first-use"])
 def test_orders_are_deterministic_permutations_of_the_recvs(alg):
     for seed in range(10):
         g = random_dag(seed, n_recvs=12, n_compute=40, channels=2)
@@ -164,10 +166,73 @@ def test_random_order_depends_on_seed_only():
     assert random_order(g, 3).order != random_order(g, 4).order
 
 
-def test_layer_order_follows_first_use():
+def test_first_use_order_follows_first_use():
     g = Graph([Op("w2", "recv"), Op("w1", "recv"), Op("x", "compute"),
                Op("l1", "compute", ("x", "w1")), Op("l2", "compute", ("l1", "w2"))])
-    assert layer_order(g).order == ("w1", "w2")
+    assert first_use_order(g).order == ("w1", "w2")
+    assert compute_order(g, "first-use").algorithm == "first-use"
+
+
+def test_layer_is_first_use_and_says_so_once_per_process(caplog, monkeypatch):
+    g = Graph([Op("w2", "recv"), Op("w1", "recv"), Op("x", "compute"),
+               Op("l1", "compute", ("x", "w1")), Op("l2", "compute", ("l1", "w2"))])
+    monkeypatch.setattr(algorithms_module, "_aliases_said", set())
+    with caplog.at_level("WARNING", logger="tictac"):
+        first = compute_order(g, "layer")
+        again = compute_order(g, "layer")
+    assert first == again == compute_order(g, "first-use")
+    assert first.algorithm == "first-use" and first.order == ("w1", "w2")
+    said = [r.getMessage() for r in caplog.records if "now called" in r.getMessage()]
+    assert said == ["algorithm 'layer' is now called 'first-use' (ranks each parameter by "
+                    "its first consumer in the traced step); 'layer' still works"]
+    # An old result's schedule "layer" gets first-use's label.
+    assert peer_label("layer") == peer_label("first-use") != "first-use"
+    assert "ByteScheduler" in peer_label("first-use") and "BytePS" in peer_label("declared")
+
+
+def _declared_reverse_of_use() -> Graph:
+    """w1 is used first and declared last (a subclassed model whose __init__ creates
+    its layers in reverse of the call order)."""
+    return Graph([Op("w1", "recv", declared=2), Op("w2", "recv", declared=1),
+                  Op("w3", "recv", declared=0), Op("x", "compute"),
+                  Op("l1", "compute", ("x", "w1")), Op("l2", "compute", ("l1", "w2")),
+                  Op("l3", "compute", ("l2", "w3"))])
+
+
+def test_declared_order_follows_the_variable_list_not_the_graph():
+    g = _declared_reverse_of_use()
+    assert first_use_order(g).order == ("w1", "w2", "w3")
+    s = compute_order(g, "declared")
+    assert s.algorithm == "declared" and s.order == ("w3", "w2", "w1")
+    assert dict(s.priority) == {"w3": 0, "w2": 1, "w1": 2}
+    # two reads of one variable share its position: graph order between them
+    g = Graph([Op("b", "recv", declared=0), Op("a", "recv", declared=1),
+               Op("b_again", "recv", declared=0), Op("y", "compute", ("a", "b", "b_again"))])
+    assert declared_order(g).order == ("b", "b_again", "a")
+
+
+def test_declared_order_keeps_a_sharded_variable_together():
+    """The shards of one variable share its position (one parameter)."""
+    g = _sharded_mlp()
+    declared = {3: 0, 2: 1, 1: 2}  # fc3 declared first
+    g = Graph(dataclasses.replace(op, declared=2 * declared[int(op.name[2])]
+                                  + (1 if "/bias/" in op.name else 0))
+              if op.is_recv else op for op in g.ops)
+    order = compute_order(g, "declared").order
+    assert [n.split("/")[0] for n in order] == ["fc3"] * 3 + ["fc2"] * 3 + ["fc1"] * 3, order
+    for k in range(1, 4):  # kernel shards adjacent, ahead of the bias
+        at = [i for i, n in enumerate(order) if n.startswith(f"fc{k}/")]
+        assert order[at[-1]] == f"fc{k}/bias/read", order
+
+
+def test_declared_order_on_a_graph_without_positions_names_the_recvs_and_the_fix():
+    g = Graph([Op("a", "recv", declared=0), Op("b", "recv"), Op("c", "recv"),
+               Op("y", "compute", ("a", "b", "c"))])
+    with pytest.raises(GraphError) as e:
+        compute_order(g, "declared")
+    message = str(e.value)
+    assert "2 of 3 recvs lack it: 'b', 'c'" in message
+    assert "'declared' field" in message and "Extract the graph again with the model" in message
 
 
 def recv_deps(g: Graph) -> dict[str, set[str]]:
@@ -285,7 +350,7 @@ def _sharded_mlp(shards: int = 2, layers: int = 3) -> Graph:
     return Graph(ops)
 
 
-@pytest.mark.parametrize("algorithm", ["tic", "tac", "layer"])
+@pytest.mark.parametrize("algorithm", ["tic", "tac", "first-use"])
 def test_a_sharded_variable_is_one_parameter_layer_by_layer(algorithm):
     """The concat of a variable's shards depends on them alone: counted per shard, TIC
     gave every kernel shard priority 0 (fc1's bias after the fc2/fc3 shards). As one
@@ -300,7 +365,7 @@ def test_a_sharded_variable_is_one_parameter_layer_by_layer(algorithm):
         assert at == list(range(at[0], at[0] + 2)), order
 
 
-@pytest.mark.parametrize("algorithm", ["tic", "tac", "tac-paper", "layer", "random"])
+@pytest.mark.parametrize("algorithm", ["tic", "tac", "tac-paper", "first-use", "random"])
 def test_a_recv_with_inputs_comes_after_the_recvs_they_depend_on(algorithm):
     """An embedding gather whose ids the worker computes from another transfer is
     listed after that transfer, whatever the algorithm put first."""

@@ -36,6 +36,33 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
     assert "no time" in capsys.readouterr().err
 
 
+def test_declared_and_first_use_orders_and_the_layer_alias(tmp_path, capsys, monkeypatch):
+    from tictac_hooks.graph import Graph, Op
+    from tictac_hooks.graph import algorithms
+    monkeypatch.setattr(algorithms, "_aliases_said", set())
+    ops = [Op("w1", "recv", time=1.0, declared=1), Op("w2", "recv", time=1.0, declared=0),
+           Op("l1", "compute", ("w1",), time=1.0), Op("l2", "compute", ("l1", "w2"), time=1.0)]
+    gp = tmp_path / "g.json"
+    Graph(ops).save(gp)
+    assert main(["order", "--algorithm", "declared", str(gp)]) == 0
+    assert json.loads(capsys.readouterr().out)["order"] == ["w2", "w1"]
+    for name in ("first-use", "layer"):
+        assert main(["order", "--algorithm", name, str(gp)]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["algorithm"] == "first-use" and out["order"] == ["w1", "w2"]
+    for name in ("declared", "first-use", "layer"):
+        assert main(["simulate", str(gp), "--algorithm", name]) == 0
+        # declared: w2 first, l1 waits for w1 (1 s), then l1, l2: 4 s; first-use 3 s
+        assert json.loads(capsys.readouterr().out)["makespan"] == \
+            pytest.approx(4.0 if name == "declared" else 3.0)
+    Graph(ops[:1] + [Op("w2", "recv", time=1.0)] + ops[2:]).save(gp)
+    assert main(["order", "--algorithm", "declared", str(gp)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tictac order: error: algorithm 'declared' needs each recv's "
+                          "declaration position")
+    assert "1 of 2 recvs lack it: 'w2'" in err and "Extract the graph again" in err
+
+
 def test_unknown_algorithm_is_rejected_by_argparse(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["order", "--algorithm", "fifo", "g.json"])

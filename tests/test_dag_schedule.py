@@ -24,6 +24,25 @@ def test_graph_json_round_trip(tmp_path):
            [(o.name, o.kind, o.inputs, o.time, o.channel) for o in g.ops]
 
 
+def test_graph_json_round_trip_with_and_without_declared_positions(tmp_path):
+    g = Graph([Op("w1", "recv", declared=1, param="w1"), Op("w2", "recv", declared=0),
+               Op("x", "compute", ("w1", "w2"))])
+    g.save(tmp_path / "g.json")
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert [d.get("declared") for d in data["ops"]] == [1, 0, None]
+    assert "declared" not in data["ops"][2]
+    h = Graph.load(tmp_path / "g.json")
+    assert [(o.name, o.declared, o.param) for o in h.ops] == \
+           [("w1", 1, "w1"), ("w2", 0, None), ("x", None, None)]
+    # without: no field written, None read back
+    plain = random_dag(3, n_recvs=4, n_compute=6)
+    plain.save(tmp_path / "p.json")
+    assert "declared" not in (tmp_path / "p.json").read_text()
+    assert all(o.declared is None for o in Graph.load(tmp_path / "p.json").ops)
+    # a recv turned into a compute op drops its position
+    assert g.with_recvs_only({"w2"})["w1"].declared is None
+
+
 def test_topological_order_and_default_channel():
     g = Graph.from_json({"ops": [
         {"name": "b", "kind": "compute", "inputs": ["a", "w"]},
@@ -41,6 +60,14 @@ def test_topological_order_and_default_channel():
      "cycle: .*a.*b"),
     ({"ops": [{"name": "x", "kind": "compute", "param": "v"}]},
      "'param' is a recv's parameter name"),
+    ({"ops": [{"name": "x", "kind": "compute", "declared": 0}]},
+     r"'declared' is a recv's declaration position, an integer >= 0, got 0"),
+    ({"ops": [{"name": "w", "kind": "recv", "declared": -1}]},
+     r"ops\[0\] \('w'\): 'declared' is a recv's declaration position"),
+    ({"ops": [{"name": "w", "kind": "recv", "declared": True}]},
+     "'declared' is a recv's declaration position, an integer >= 0, got True"),
+    ({"ops": [{"name": "w", "kind": "recv", "declared": "3"}]},
+     "'declared' is a recv's declaration position"),
     ({"ops": [{"name": "a", "kind": "compute", "time": -1}]},
      "op 'a': time must be a finite number >= 0"),
     ({"ops": [{"name": "a", "kind": "send"}]}, "kind must be 'recv' or 'compute'"),

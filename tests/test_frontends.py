@@ -697,3 +697,19 @@ def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):
     worker = summary["workers"][WORKER]
     assert worker["steps"] == len(versions)
     assert summary["order"]["followed"] == summary["order"]["scheduled_steps"] > 0
+
+
+def test_the_hook_reads_the_declaration_order_of_the_graph_it_runs():
+    """TicTacHook.begin takes the graph's variables in declaration order (trainable,
+    then the other globals) for the DAGs' "declared" positions; none without any."""
+    import tensorflow as tf
+    from tictac_hooks.callbacks.session_hook import _declared_variables
+    g = tf.Graph()
+    with g.as_default():
+        b = tf.compat.v1.get_variable("b", [2])
+        step = tf.compat.v1.get_variable("step", [], trainable=False)
+        a = tf.compat.v1.get_variable("a", [3])
+        graph, declared = _declared_variables()
+    assert graph is g and declared == [b, a, step]
+    with tf.Graph().as_default():
+        assert _declared_variables() is None

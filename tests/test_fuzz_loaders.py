@@ -51,6 +51,7 @@ op_fields = st.fixed_dictionaries({}, optional={
                    st.sampled_from([-1, math.nan, math.inf, True, 10**400, "1"]) | json_values),
     "channel": mostly(st.sampled_from(["ps:0", "ps:1"]), json_values),
     "bytes": mostly(st.integers(0, 2**40), st.sampled_from([-5, 1.5, True, "8"]) | json_values),
+    "declared": mostly(st.integers(0, 50), st.sampled_from([-1, 2.0, False, "3"]) | json_values),
 })
 op_dicts = st.builds(lambda d, extra: {**d, **extra}, op_fields,
                      st.dictionaries(st.sampled_from(["tiem", "op", ""]), json_values, max_size=1)

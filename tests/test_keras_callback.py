@@ -229,6 +229,46 @@ def test_keras_internals_the_callback_relies_on_still_exist():
     assert any(op.type == "ReadVariableOp" for op in fn.graph.get_operations())
 
 
+def test_the_callbacks_dag_carries_the_models_declaration_order(monkeypatch):
+    """TicTac builds its DAG from fit's traced step with the model, so each recv
+    carries its variable's index in model.trainable_variables (the "declared"
+    baseline). Here the model is local: the extraction is told every variable is
+    remote, as it is under ParameterServerStrategy."""
+    import importlib.util
+    import tf_keras as keras
+    import tensorflow as tf
+    from tictac_hooks import TicTac
+    from tictac_hooks.graph.algorithms import compute_order
+    from tictac_hooks.graph.tf import functions
+    spec = importlib.util.spec_from_file_location(
+        "ps_models_for_callback", os.path.join(ROOT, "examples", "ps_models.py"))
+    ps_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ps_models)
+    model, _ = ps_models.reverse_declared(keras, tf, width=8)
+    ps_models.compile_model(keras, model, "reverse_declared")
+    model.fit(np.zeros((4, 8), np.float32), np.zeros((4,), np.int64), epochs=1, verbose=0)
+    real = functions.extract_concrete_function
+    monkeypatch.setattr(functions, "extract_concrete_function",
+                        lambda fn, remote_variables=None, declared=None:
+                        real(fn, None, declared=declared))
+    import types
+    cb = TicTac(measure_compute=False)
+    cb.set_model(model)
+    cb.controller = types.SimpleNamespace(settings=types.SimpleNamespace(algorithm="tic"))
+    dag = cb._find_dag("train")
+    index = {v.name: k for k, v in enumerate(model.trainable_variables)}
+    assert [v.split("/")[0] for v in list(index)[::2]] == ["head", "fc3", "fc2", "fc1"]
+    reads = {r.name: r for r in dag.graphs.recvs}
+    kernel = {name.split("/")[-3]: r.declared for name, r in reads.items()
+              if name.endswith("MatMul/ReadVariableOp") and "/SGD/" not in name}
+    assert kernel == {"head": 0, "fc3": 2, "fc2": 4, "fc1": 6}, kernel
+    assert all(r.declared is not None for r in reads.values())
+    order = [n for n in compute_order(dag.graphs, "declared").order if n in
+             {name for name in reads if reads[name].declared < len(index)}]
+    assert len(order) == len(index)
+    assert [reads[n].declared for n in order] == sorted(range(len(index)))
+
+
 # -- arguments are checked where they are given (issue #14.4) ----------------------------
 
 BAD_SETTINGS = [
@@ -504,3 +544,33 @@ def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tm
     assert records["unfinished"] in (0, 1), records
     order = summary["order"]
     assert order["followed"] <= order["scheduled_steps"] <= records["worker_steps"]
+
+
+def test_a_model_whose_variable_list_cannot_be_read_costs_the_baseline_only(caplog,
+                                                                           monkeypatch):
+    """dag_of: if the declaration positions fail, one warning and the DAG without them
+    (TicTac's own orders need none); a failing extraction itself still raises."""
+    import tensorflow as tf
+    from tictac_hooks.callbacks.step_function import dag_of
+    from tictac_hooks.graph.tf import functions
+
+    class Broken:
+        @property
+        def trainable_variables(self):
+            raise RuntimeError("no variables here")
+
+    w = tf.Variable(tf.ones([2]), name="w_dag_of")
+    concrete = tf.function(lambda: tf.reduce_sum(w)).get_concrete_function()
+    real = functions.extract_concrete_function
+
+    def everything_remote(fn, remote_variables=None, declared=None):
+        return real(fn, None, declared=declared)
+    monkeypatch.setattr(functions, "extract_concrete_function", everything_remote)
+    with caplog.at_level("WARNING", logger="tictac"):
+        dag = dag_of(concrete, model=Broken())
+    assert [r.declared for r in dag.graphs.recvs] == [None]
+    assert "declaration order could not be read (RuntimeError: no variables here)" \
+        in caplog.text
+    assert [r.declared for r in dag_of(concrete, model=[w]).graphs.recvs] == [0]
+    with pytest.raises(ValueError, match="ConcreteFunction"):
+        dag_of(object(), model=Broken())

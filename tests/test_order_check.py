@@ -165,3 +165,27 @@ def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
     assert [timed[n].time for n in ("edge_1_w", "edge_2_w", "v", "u")] == \
         pytest.approx([4.0, 0.08, 0.92, 0.5])
     assert (timed["x"].time, timed["z"].time) == (1.0, 2.0)
+
+
+def test_the_controller_orders_by_declaration_or_first_use_as_the_bench_asks():
+    """The bench's controllers take any algorithm of compute_order: "declared" orders
+    the DAG the extraction gave positions (late recvs are no transfers to order);
+    "layer" is first-use."""
+    import dataclasses
+    from tictac_hooks.callbacks.controller import Controller, Settings
+    from tictac_hooks.graph import Graph, Op
+    g = Graph([Op("w1", "recv", channel="ps0", bytes=4, declared=2),
+               Op("w2", "recv", channel="ps0", bytes=4, declared=0),
+               Op("w3", "recv", channel="ps0", bytes=4, declared=1),
+               Op("metric", "recv", channel="ps0", bytes=4, declared=3),
+               Op("x", "compute", ("w1",)), Op("y", "compute", ("x", "w2")),
+               Op("z", "compute", ("y", "w3", "metric"))])
+    for algorithm, order in (("declared", ("w2", "w3", "w1")),
+                             ("first-use", ("w1", "w2", "w3")),
+                             ("layer", ("w1", "w2", "w3"))):
+        settings = dataclasses.replace(Settings.resolve(), algorithm=algorithm)
+        c = Controller(["127.0.0.1:1"], settings, install=False)
+        ((graph, schedule),) = c._parts_for(algorithm, {"worker:0": g}, None, set(),
+                                            {"metric"})
+        assert schedule.order == order, algorithm
+        assert graph["metric"].declared is None and graph["w1"].declared == 2

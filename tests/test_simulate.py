@@ -43,7 +43,7 @@ def test_unlisted_transfers_go_first_in_random_order():
 def test_efficiency_is_between_zero_and_one_and_nan_when_nothing_to_gain():
     for seed in range(30):
         g = random_dag(seed, n_recvs=8, n_compute=20, channels=2)
-        for alg in ("tic", "tac", "random", "layer"):
+        for alg in ("tic", "tac", "random", "first-use"):
             e = simulate(g, None if alg == "random" else compute_order(g, alg), seed=seed).efficiency
             assert 0.0 <= e <= 1.0 + 1e-12
     g = Graph([Op("a", "recv", time=1.0)])

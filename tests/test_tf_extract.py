@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import socket
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -235,6 +236,10 @@ def _ps_and_worker():
                   for job in ("ps", "worker")]
 
 
+class _Traced(list):
+    """The traced steps' RunMetadata, with the client's graph and variables."""
+
+
 @pytest.fixture(scope="module")
 def graph_mode_run():
     """Three FULL_TRACE steps of a 2-layer model, variables on a real in-process PS,
@@ -253,7 +258,8 @@ def graph_mode_run():
         init = tf.compat.v1.global_variables_initializer()
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
                                       output_partition_graphs=True)
-    metadata = []
+    metadata = _Traced()
+    metadata.graph, metadata.variables = g, {"w1": w1, "b1": b1, "w2": w2}
     feed = {x: np.ones([8, 4], np.float32), y: np.ones([8, 2], np.float32)}
     with tf.compat.v1.Session(servers[1].target, graph=g) as sess:
         sess.run(init)
@@ -287,6 +293,30 @@ def test_partition_graph_recvs_are_the_ps_reads(graph_mode_run):
         partition.extract_partition_graphs(md.partition_graphs, worker="worker:7")
     assert len(partition.graph_from_partition_graphs(
         md.partition_graphs, worker="/job:worker/task:0")) == len(g)
+
+
+@pytest.mark.cluster
+def test_graph_mode_recvs_carry_the_declaration_order_given(graph_mode_run):
+    """traced_worker_graphs(..., declared=(graph, variables)): each recv is placed by
+    the variable its PS read reads (the bench's compat.v1 workloads pass
+    tf.compat.v1.trainable_variables()); without it, no positions."""
+    from tictac_hooks.graph.algorithms import compute_order
+    from tictac_hooks.graph.tf.traced import traced_worker_graphs
+    v = graph_mode_run.variables
+    with graph_mode_run.graph.as_default():
+        assert tf.compat.v1.trainable_variables() == [v["w1"], v["b1"], v["w2"]]
+    plain, _, _ = traced_worker_graphs(graph_mode_run, ["worker:0"])
+    assert all(op.declared is None for op in plain["worker:0"].recvs)
+    declared, _, _ = traced_worker_graphs(
+        graph_mode_run, ["worker:0"],
+        declared=(graph_mode_run.graph, [v["w2"], v["b1"], v["w1"]]))
+    g = declared["worker:0"]
+    # the reads (named after the PS node) of w1 (x w1), b1 (+ b1) and w2 (h w2)
+    reads = {"MatMul/ReadVariableOp": "w1", "add/ReadVariableOp": "b1",
+             "MatMul_1/ReadVariableOp": "w2"}
+    assert {reads[r.name]: r.declared for r in g.recvs} == {"w2": 0, "b1": 1, "w1": 2}
+    assert [reads[n] for n in compute_order(g, "declared").order] == ["w2", "b1", "w1"]
+    assert [reads[n] for n in compute_order(g, "first-use").order] == ["w1", "b1", "w2"]
 
 
 @pytest.mark.cluster
@@ -373,10 +403,10 @@ def test_a_tensor_received_twice_is_two_recvs_named_by_their_edges():
 
 def test_shape_only_consumers_are_not_uses_of_a_recv():
     """A gradient's Shape(kernel) comes early in the partition graph; it must not make
-    the kernel look needed at the start of the step (layer order, TAC's P)."""
+    the kernel look needed at the start of the step (first-use order, TAC's P)."""
     from tensorflow.core.framework import graph_pb2
 
-    from tictac_hooks.graph.algorithms import layer_order
+    from tictac_hooks.graph.algorithms import first_use_order
     ps, worker = "/job:ps/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:0/device:CPU:0"
     gd = graph_pb2.GraphDef()
     for name, op, inputs, tensor in (
@@ -395,7 +425,7 @@ def test_shape_only_consumers_are_not_uses_of_a_recv():
     by_name = {op.name: op for op in g.ops}
     assert by_name["shape2"].inputs == ()
     assert "l2/kernel/read" in by_name["grad2"].inputs
-    assert layer_order(g).order == ("l1/kernel/read", "l2/kernel/read")
+    assert first_use_order(g).order == ("l1/kernel/read", "l2/kernel/read")
 
 
 def _fit_train_function(keras, steps_per_execution):
@@ -477,3 +507,196 @@ def test_an_embedding_gather_on_the_ps_waits_for_the_ids_the_worker_sends():
     assert all(not r.inputs for r in g2.recvs if r is not gather)
     from tictac_hooks.graph.algorithms import compute_order
     assert gather.name in compute_order(g2, "tic").order
+
+
+# --- declaration order (the "declared" baseline) --------------------------------------
+
+def _ps_models():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "examples", "ps_models.py")
+    spec = importlib.util.spec_from_file_location("ps_models_for_declared", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _model_recvs(ext, model):
+    """The recvs of the model's own variables, and each one's variable name."""
+    names = {v.name for v in model.variables}
+    return [r for r in ext.graph.recvs if ext.recv_variables[r.name] in names]
+
+
+def test_a_model_declared_in_reverse_of_use_is_reversed_by_declared_order():
+    """A subclassed tf_keras model whose __init__ creates its layers head first: each
+    recv carries its variable's index in model.trainable_variables, so the declared
+    order of the model's reads is first-use's reversed, layer by layer; the optimizer's
+    and the loss tracker's variables (not the model's) follow, in creation order."""
+    from tictac_hooks.graph.algorithms import compute_order
+    keras = pytest.importorskip("tf_keras")
+    ps_models = _ps_models()
+    model, _ = ps_models.reverse_declared(keras, tf, width=16)
+    ps_models.compile_model(keras, model, "reverse_declared")
+    index = {v.name: k for k, v in enumerate(model.trainable_variables)}
+    assert [v.name.split("/")[0] for v in model.trainable_variables][::2] == \
+        ["head", "fc3", "fc2", "fc1"]
+    ext, _, _ = keras_models.extract_keras_model(model, 4, training=False,
+                                                 input_shape=(16,))
+    x, y = tf.ones((4, 16)), tf.zeros((4,), tf.int64)
+    step = tf.function(lambda x, y: model.train_step((x, y))).get_concrete_function(x, y)
+    trained = functions.extract_concrete_function(step, declared=model)
+    for e in (ext, trained):
+        g = e.graph
+        mine = _model_recvs(e, model)
+        assert len(mine) == 8
+        assert all(r.declared == index[e.recv_variables[r.name]] for r in mine)
+        layer = lambda n: e.recv_variables[n].split("/")[0]  # noqa: E731
+        first_use = [layer(n) for n in compute_order(g, "first-use").order
+                     if g[n] in mine]
+        declared = [layer(n) for n in compute_order(g, "declared").order[:8]]
+        assert first_use == ["fc1", "fc1", "fc2", "fc2", "fc3", "fc3", "head", "head"]
+        assert declared == first_use[::-1]
+    others = [r for r in trained.graph.recvs if r not in _model_recvs(trained, model)]
+    assert others and min(r.declared for r in others) == 8  # optimizer slots, counters
+    slots = {trained.recv_variables[r.name]: r.declared for r in others
+             if "/m/" in trained.recv_variables[r.name]}
+    assert list(slots) == sorted(slots, key=slots.get) and len(set(slots.values())) == 8
+    # extracted without the model: no positions, and the order says how to get them
+    bare = functions.extract_concrete_function(step)
+    assert all(r.declared is None for r in bare.graph.recvs)
+    with pytest.raises(GraphError, match="Extract the graph again with the model"):
+        compute_order(bare.graph, "declared")
+
+
+def test_a_tied_embedding_is_one_declared_position_for_both_reads():
+    """The tied Transformer reads its token embedding twice (the lookup, and the
+    logits' matmul at the end): both reads carry the embedding's position, 0."""
+    from tictac_hooks.graph.algorithms import compute_order
+    keras = pytest.importorskip("tf_keras")
+    model, _ = _ps_models().tied_transformer(keras, tf, vocab=50, seq=8)
+    ext, _, _ = keras_models.extract_keras_model(model, 2, training=False, input_shape=(8,))
+    g = ext.graph
+    token = [r for r in g.recvs if ext.recv_variables[r.name].startswith("token_embedding/")]
+    assert len(token) == 2 and {r.declared for r in token} == {0}
+    assert len(g.recvs) == len(model.trainable_variables) + 1
+    assert sorted(r.declared for r in g.recvs) == [0] + list(range(len(g.recvs) - 1))
+    # one parameter (param): its two reads go together, first, in every order
+    assert len({r.param for r in token}) == 1
+    declared = compute_order(g, "declared").order
+    assert set(declared[:2]) == {r.name for r in token}
+    assert [g[n].declared for n in declared] == sorted(r.declared for r in g.recvs)
+    assert set(compute_order(g, "first-use").order[:2]) == {r.name for r in token}
+
+
+def test_the_shards_of_a_sharded_variable_share_its_position():
+    from tensorflow.python.distribute.sharded_variable import ShardedVariable
+    from tictac_hooks.graph.algorithms import compute_order
+    sharded = ShardedVariable([tf.Variable(tf.ones((3, 4)), name="emb/part_0"),
+                               tf.Variable(tf.ones((3, 4)), name="emb/part_1")])
+    w = tf.Variable(tf.ones((4, 2)), name="w")
+
+    @tf.function
+    def f(ids):
+        return tf.matmul(tf.nn.embedding_lookup(sharded, ids), w)
+
+    cf = f.get_concrete_function(tf.constant([0, 4]))
+    # the ShardedVariable itself, or its shards listed one by one (next to each other)
+    for declared in ([w, sharded], [w] + list(sharded.variables)):
+        g = functions.extract_concrete_function(cf, declared=declared).graph
+        positions = {r.param: set() for r in g.recvs}
+        for r in g.recvs:
+            positions[r.param].add(r.declared)
+        assert positions == {"w": {0}, "emb": {1}}
+        order = compute_order(g, "declared").order
+        assert g[order[0]].param == "w" and {g[n].param for n in order[1:]} == {"emb"}
+    assert g[compute_order(g, "first-use").order[0]].param == "emb"
+    with pytest.raises(GraphError, match="declared must be a model"):
+        functions.extract_concrete_function(cf, declared=3)
+
+
+def test_recvs_no_variable_declares_follow_the_declared_ones_in_graph_order():
+    from tictac_hooks.graph.dag import Graph, Op
+    from tictac_hooks.graph.tf.declared import with_declared
+    g = Graph([Op("late", "recv"), Op("b", "recv"), Op("other", "recv"), Op("a", "recv"),
+               Op("y", "compute", ("late", "b", "other", "a"))])
+    placed = with_declared(g, {"a": 0, "b": 3})
+    assert {r.name: r.declared for r in placed.recvs} == \
+        {"a": 0, "b": 3, "late": 4, "other": 5}
+    assert all(r.declared is None for r in g.recvs)  # a copy
+    assert {r.name: r.declared for r in with_declared(g, lambda n: None).recvs} == \
+        {"late": 0, "b": 1, "other": 2, "a": 3}
+
+
+_PSS_DECLARED = r'''
+import json, os, socket, sys
+import tensorflow as tf, tf_keras as keras
+from tensorflow.python.distribute import multi_worker_test_base as mwtb
+sys.path.insert(0, sys.argv[1])
+import ps_models
+from tictac_hooks.patches import keras_internals
+from tictac_hooks.graph.tf.functions import extract_concrete_function
+
+
+def port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+mwtb.pick_unused_port = port  # no portpicker here
+spec = tf.train.ClusterSpec(mwtb.create_in_process_cluster(num_workers=1, num_ps=2,
+                                                           rpc_layer="grpc"))
+strategy = tf.distribute.ParameterServerStrategy(
+    tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc"),
+    variable_partitioner=ps_models.tutorial_partitioner(tf, 2, 64 << 10))
+out = {}
+for kind, kw in (("reverse_declared", {"width": 256}),
+                 ("tied_transformer", {"vocab": 2000, "seq": 8})):
+    with strategy.scope():
+        model, dataset_fn = ps_models.BUILDERS[kind](keras, tf, **kw)
+        ps_models.compile_model(keras, model, kind)
+    model.fit(keras.utils.experimental.DatasetCreator(dataset_fn), epochs=1,
+              steps_per_epoch=2, verbose=0)
+    (fn,) = keras_internals.traced_step_functions(model.train_function)[-1:]
+    ext = extract_concrete_function(fn, remote_variables=["/job:ps"], declared=model)
+    out[kind] = {"trainable": [v.name for v in model.trainable_variables],
+                 "recvs": [[ext.recv_variables[r.name], r.declared, r.channel]
+                           for r in ext.graph.recvs]}
+print(json.dumps(out))
+'''
+
+
+@pytest.mark.cluster
+def test_declared_positions_under_parameter_server_strategy_with_sharded_kernels(tmp_path):
+    """fit under ParameterServerStrategy with MinSizePartitioner (2 PS): tf_keras lists
+    each shard of a sharded variable in model.trainable_variables; all shards of one
+    variable (on both PSes) share its position, the tied embedding's two reads too."""
+    import json
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    proc = subprocess.run([sys.executable, "-c", _PSS_DECLARED, os.path.join(root, "examples")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+
+    def param(name):
+        return re.sub(r"/part_\d+$", "", name.split(":")[0])
+    for kind, data in out.items():
+        params = list(dict.fromkeys(param(n) for n in data["trainable"]))
+        assert len(params) < len(data["trainable"]), kind  # some variable is sharded
+        seen = collections.defaultdict(set)
+        channels = collections.defaultdict(set)
+        for variable, declared, channel in data["recvs"]:
+            seen[param(variable)].add(declared)
+            channels[param(variable)].add(channel)
+        for k, p in enumerate(params):  # one position per variable, its list index
+            assert seen[p] == {k}, (kind, p, seen[p])
+        assert any(len(channels[p]) == 2 for p in params)  # shards on both PSes
+        others = {p for p in seen if p not in params}
+        assert others and min(min(seen[p]) for p in others) == len(params)
+    reads = collections.Counter(param(v) for v, _, _ in out["tied_transformer"]["recvs"])
+    assert reads["token_embedding/embeddings"] == 4  # two shards, read twice
+    assert list(dict.fromkeys(param(n) for n in out["reverse_declared"]["trainable"])) == \
+        [f"{layer}/{w}" for layer in ("head", "fc3", "fc2", "fc1") for w in ("kernel", "bias")]

@@ -37,3 +37,29 @@ def test_compute_reference_runs_the_towers_on_worker_local_parameters(mode):
         assert "Conv2DBackpropFilter" in types
     # the PS's variables and their byte count are the model's alone
     assert all("/job:ps/" in v.device for v in work.variables)
+
+
+def test_declared_is_the_variable_list_and_places_every_ps_read():
+    """The "declared" baseline of the compat.v1 workloads: the order
+    tf.compat.v1.trainable_variables() returns (the model's, in creation order), then
+    the other global variables; a PS read of a variable is placed at its index."""
+    import tensorflow as tf
+    from tictac_hooks.bench import workloads
+    from tictac_hooks.graph.tf.declared import graph_mode_positions
+    work = workloads.build("mobilenetv2", "inference", [[0]], num_ps=2, batch=2)
+    with work.graph.as_default():
+        trainable = tf.compat.v1.trainable_variables()
+    assert work.declared[:len(trainable)] == trainable
+    assert work.declared[:len(work.variables)] == work.variables
+    rest = work.declared[len(trainable):]
+    assert rest and not any(v.trainable for v in rest)  # batch-norm moving statistics
+    assert {id(v) for v in work.all_variables} <= {id(v) for v in work.declared}
+    position = graph_mode_positions(work.graph, work.declared)
+    index = {v.op.name: k for k, v in enumerate(work.declared)}
+    reads = [op for op in work.graph.get_operations() if op.type == "ReadVariableOp"
+             and "/job:ps/" in op.inputs[0].op.device]
+    assert len({r.inputs[0].op.name for r in reads}) == len(work.all_variables)
+    for read in reads:
+        assert position(read.name) == index[read.inputs[0].op.name], read.name
+        assert position("edge_12_" + read.name) == index[read.inputs[0].op.name]
+    assert position("tower0/no_such_node") is None

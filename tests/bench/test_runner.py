@@ -25,7 +25,30 @@ def test_config_validation_and_rates():
         {"kind": "rate", "value": 500_000_000, "spec": "500mbit"}]
     BenchConfig(schedules=["none", "stock", "tic", "tic-fifo", "tic-aligned",
                            "tic-nopace"]).validate()
+    # the baselines; "layer" (first-use's old name) is accepted, as such, and said once
+    import logging
+    from tictac_hooks.graph import algorithms
+    algorithms._aliases_said.discard("layer")
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("tictac").addHandler(handler)
+    try:
+        config = BenchConfig(schedules=["none", "layer", "layer-aligned", "declared",
+                                        "declared-wc"])
+        config.validate()
+        assert config.schedules == ["none", "first-use", "first-use-aligned", "declared",
+                                    "declared-wc"]
+        BenchConfig(schedules=["layer-fifo", "first-use-nopace"]).validate()
+    finally:
+        logging.getLogger("tictac").removeHandler(handler)
+    assert [m for m in said if "'layer' is now called 'first-use'" in m] == [said[0]]
+    assert len(said) == 1
+    from tictac_hooks.bench.runner import default_schedules
+    assert {"first-use", "declared"} <= set(default_schedules("native"))
+    assert "layer" not in default_schedules("native")
     for bad in (dict(model="alexnet"), dict(workers=0), dict(schedules=["tic", "fifo"]),
+                dict(schedules=["layer", "first-use"]), dict(schedules=["layered"]),
                 dict(schedules=["stock", "tic"], backend="proxy"),
                 dict(schedules=["none-fifo"]), dict(check_rounds=0),
                 dict(check_block_steps=1), dict(check_block_steps=2),
@@ -50,7 +73,7 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     # Popen, for the pid that names the run's namespaces (checked removed below)
     proc = subprocess.Popen(
         [sys.executable, "-m", "tictac_hooks.cli", "bench", "--quick", "--json", str(out),
-         "--schedules", "none,rendezvous,stock,tic,tac,random,layer,checked",
+         "--schedules", "none,rendezvous,stock,tic,tac,random,layer,declared,checked",
          "--check-rounds", "1", "--check-block-steps", "3"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -64,8 +87,9 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     assert result["commit"] == runner.source_revision()[0] and len(result["commit"]) == 40
     assert result["command"].startswith("tictac bench --quick --json ")
     assert BenchRun.from_json(result).to_json() == result
+    # "layer" is first-use's old name; declared: tf.compat.v1.trainable_variables()
     assert set(result["schedules"]) == {"none", "rendezvous", "stock", "tic", "tac", "random",
-                                        "layer", "checked"}
+                                        "first-use", "declared", "checked"}
     for name, m in result["schedules"].items():
         for key in ("throughput", "step_time_median", "step_time_p95", "step_time_cv",
                     "straggler_pct", "efficiency_median", "violations", "matched"):

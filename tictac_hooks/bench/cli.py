@@ -19,8 +19,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Runs a PS cluster with every task in its own network namespace behind "
         "a tc-shaped link and compares, interleaved in one run, TensorFlow's default order "
         "(no rendezvous), the rendezvous without a schedule, TensorFlow's own code in the "
-        "gated PS (stock), TIC, TAC, a fixed random order and layer order. Falls back to "
-        "loopback (and says so) without root or tc.")
+        "gated PS (stock), TIC, TAC, a fixed random order, first-use order (each parameter "
+        "by its first consumer in the step, as ByteScheduler's TensorFlow plugin; 'layer' "
+        "is its old name) and declared order (the model's variable list, as BytePS, "
+        "ByteScheduler's PyTorch plugin and P3). Falls back to loopback (and says so) "
+        "without root or tc.")
     p.add_argument("--model", default="resnet50",
                    help="resnet50, inceptionv3, vgg16 or mobilenetv2 (default resnet50)")
     p.add_argument("--mode", default="training", choices=("training", "inference"))

@@ -29,7 +29,9 @@ from tictac_hooks.records import (CheckSummary, ClientStep, GateStep, InRunCompu
 
 DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvous
 PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
-ALGORITHMS = ("tic", "tac", "random", "layer")
+# "first-use" was "layer" (BenchConfig takes the old name, and a result file may hold
+# it: graph/algorithms.py ALIASES); "declared" is the model's variable-list order.
+ALGORITHMS = ("tic", "tac", "random", "first-use", "declared")
 SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
 # On request, to compare the native gate's policies (gate.h) in one run. A plain name
 # ("tic") paces as TicTac does by default (align "auto": the workers of a step one after
@@ -118,7 +120,8 @@ class Runner:
             self.sessions[0].run(self.work.sets[0].fetches, options=opts, run_metadata=md)
             traced.append(md)
         workers = [f"worker:{w}" for w in self.cfg["interposed_tasks"]]
-        graphs, compute, late = traced_worker_graphs(traced, workers)
+        graphs, compute, late = traced_worker_graphs(
+            traced, workers, declared=(self.work.graph, self.work.declared))
         return {w: self._sized(g) for w, g in graphs.items()}, compute, late, traced
 
     def _sized(self, graph: Any) -> Any:

@@ -4,10 +4,10 @@ Every task (PS, workers, the client) runs in its own network namespace behind a 
 link shaped with ``tc`` (:class:`~tictac_hooks.cluster.netns.ShapedNetwork`). There are
 two sets of ``W`` identical worker tasks with identical links: the *interposed* set
 reaches the PS tasks through the TicTac gate (schedules "rendezvous" = the gate with no
-schedule, "tic", "tac", "random", "layer"), the *direct* set reaches plain TensorFlow
-servers ("none": TensorFlow's default, no gate): with the native backend (default) a
-plain twin of each PS on the same host, with the proxy the TensorFlow server behind it. Only one set
-runs at a time, in rotating blocks, so both see the same PS links, CPU and drift.
+schedule, "tic", "tac", "random", "first-use", "declared"), the *direct* set reaches
+plain TensorFlow servers ("none": TensorFlow's default, no gate): with the native
+backend (default) a plain twin of each PS on the same host, with the proxy the
+TensorFlow server behind it. Only one set runs at a time, in rotating blocks, so both see the same PS links, CPU and drift.
 Without root or ``tc`` it falls back to loopback and says so, in its output and JSON.
 """
 
@@ -26,11 +26,23 @@ from typing import Any, Callable, Sequence
 
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.bench import workloads
-from tictac_hooks.bench.client import DIRECT, OPTIONAL, SCHEDULES, STOCK, WC
+from tictac_hooks.bench.client import (ALIGNED, DIRECT, FIFO, NOPACE, OPTIONAL, SCHEDULES,
+                                       STOCK, WC)
+from tictac_hooks.graph.algorithms import ALIASES, canonical_algorithm
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
 from tictac_hooks.records import BenchConfigRecord, BenchRun, MachineLoad
 
 WORKER_ENV = {"TF_NUM_INTRAOP_THREADS": "1"}  # one compute thread per op
+
+
+def canonical_schedule(name: str) -> str:
+    """A schedule name with an old algorithm name replaced (``layer`` -> ``first-use``,
+    ``layer-aligned`` -> ``first-use-aligned``; said once, graph/algorithms.py)."""
+    for old in ALIASES:
+        if name == old or (name.startswith(old + "-")
+                           and name[len(old):] in (ALIGNED, FIFO, NOPACE, WC)):
+            return canonical_algorithm(old) + name[len(old):]
+    return name
 
 
 def default_schedules(backend: str) -> tuple[str, ...]:
@@ -72,6 +84,7 @@ class BenchConfig:
     def __post_init__(self) -> None:
         if self.schedules is None:
             self.schedules = default_schedules(self.backend)
+        self.schedules = [canonical_schedule(s) for s in self.schedules]
 
     def validate(self) -> None:
         workloads.model_key(self.model)

@@ -64,6 +64,9 @@ class Workload:
     param_bytes: int
     all_variables: list[Any] = dataclasses.field(default_factory=list)
     compute: TowerSet | None = None  # the towers on worker-local copies (compute_workers)
+    # the variables in declaration order (the "declared" baseline): what
+    # tf.compat.v1.trainable_variables() returns, then the other global variables
+    declared: list[Any] = dataclasses.field(default_factory=list)
 
 
 def _tower(net: Any, variables: list, mode: str, x: Any, labels: Any) -> tuple[list, list]:
@@ -152,8 +155,12 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
                 fetches.append(tf.group(*updates))
             sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
         init = tf.compat.v1.global_variables_initializer()
+        declared = list(tf.compat.v1.trainable_variables())
+        declared += [v for v in tf.compat.v1.global_variables()
+                     if all(v is not d for d in declared)]
     param_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
-    return Workload(graph, init, sets, variables, param_bytes, all_variables, compute)
+    return Workload(graph, init, sets, variables, param_bytes, all_variables, compute,
+                    declared)
 
 
 def comm_heavy(worker: int, num_vars: int = 16, var_mib: int = 4, ps: int = 0

@@ -38,7 +38,8 @@ class TicTacLoop:
       skip_timeout: the skip bound, seconds > 0 (``--tictac_skip_timeout``, default 2.0).
       model: the Keras model (optional). Given, per-op compute times are measured for
         the per-step efficiency E; TAC measures them anyway (the traced step function
-        itself, run in a child process on synthetic inputs).
+        itself, run in a child process on synthetic inputs). Its variable list also
+        gives each transfer its declaration position (the ``declared`` baseline).
       batch_size: per-worker batch size of that profile's inputs where the step's
         shapes leave it open, >= 1 (default 32).
       bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
@@ -141,7 +142,7 @@ class TicTacLoop:
 
     def _find_dag(self) -> StepDAG:
         concrete = traced_function(self.step_function, "the step function")
-        dag = dag_of(concrete, None, self.bandwidth)
+        dag = dag_of(concrete, None, self.bandwidth, model=self.model)
         if self.model is not None or self.settings.algorithm == "tac":
             dag.compute_times = profile_for(self.controller, concrete, dag, self.batch_size)
         return dag

@@ -270,7 +270,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         itself, run in a child process; a failure turns TAC off, never training)."""
         concrete = traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
                                    f"Keras's {mode} function")
-        dag = dag_of(concrete, None, self.bandwidth)
+        dag = dag_of(concrete, None, self.bandwidth, model=self.model)
         from tictac_hooks import flags as tictac_flags
         measure = tictac_flags.setting("measure_compute", self.measure_compute)
         if measure or self.controller.settings.algorithm == "tac":

@@ -128,6 +128,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None
         self._traced: list[Any] = []
+        self._declared: tuple[Any, list[Any]] | None = None  # begin() reads it
         self._trace_start = 0.0
 
     # --- hook methods -----------------------------------------------------------------------
@@ -141,6 +142,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                                   install=self._chief(), poll_every=self.poll_every,
                                   training=self.training)
         self.controller = self._driver.controller
+        self._declared = _declared_variables()
         self._driver.start()
         self._traced = []
 
@@ -178,7 +180,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
             raise TicTacSetupError("no traced step: the session did not return run metadata "
                                    "(is the hook's RunOptions honoured by this session?)")
         try:
-            graphs, compute, late = traced_worker_graphs(self._traced, self.workers)
+            graphs, compute, late = traced_worker_graphs(self._traced, self.workers,
+                                                         declared=self._declared)
         except NoWorkerTaskError as e:
             raise TicTacSetupError(str(e)) from None
         self._traced = []  # free the metadata
@@ -194,6 +197,20 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
             return True
         return task.get("type") == "chief" or (task.get("type") == "worker"
                                                and int(task.get("index", 0)) == 0)
+
+
+def _declared_variables() -> tuple[Any, list[Any]] | None:
+    """(the graph being run, its variables in declaration order): what
+    ``tf.compat.v1.trainable_variables()`` returns, then the other global variables,
+    so that the DAGs carry each recv's position (the ``declared`` baseline). Read in
+    ``begin``: the default graph is per thread, and the switch may run on another."""
+    import tensorflow as tf
+    graph = tf.compat.v1.get_default_graph()
+    with graph.as_default():
+        declared = list(tf.compat.v1.trainable_variables())
+        seen = {id(v) for v in declared}
+        declared += [v for v in tf.compat.v1.global_variables() if id(v) not in seen]
+    return (graph, declared) if declared else None
 
 
 def _tf_config() -> Mapping[str, Any]:

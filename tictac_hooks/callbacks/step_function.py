@@ -4,6 +4,7 @@ Shared by TicTac and TicTacLoop; TensorFlow is imported when called."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping
 
 from tictac_hooks.callbacks.controller import Controller, TicTacSetupError
@@ -21,12 +22,22 @@ def traced_function(step_function: Any, what: str) -> Any:
 
 
 def dag_of(concrete: Any, compute_times: Mapping[str, float] | None = None,
-           bandwidth: float | None = None) -> StepDAG:
+           bandwidth: float | None = None, model: Any = None) -> StepDAG:
     """The DAG of a traced step function: its reads of PS variables are the recvs.
     Reads ordered after same-step work (their inputs were dropped) are left
-    unscheduled (``late``)."""
+    unscheduled (``late``). With ``model``, each recv carries its variable's position
+    in the model's variable list (``Op.declared``, for the ``declared`` baseline)."""
     from tictac_hooks.graph.tf.functions import extract_concrete_function
-    extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
+    try:
+        extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"],
+                                               declared=model)
+    except Exception as e:  # noqa: BLE001 -- only the baseline's positions are lost
+        if model is None:
+            raise
+        logging.getLogger("tictac").warning(
+            "the model's declaration order could not be read (%s: %s); the DAG goes "
+            "without it (only the 'declared' baseline needs it)", type(e).__name__, e)
+        extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
     return StepDAG(extraction.graph, compute_times, late=frozenset(extraction.dropped_inputs),
                    bandwidth=bandwidth)
 

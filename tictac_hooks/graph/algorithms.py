@@ -10,15 +10,52 @@ See docs/ALGORITHMS.md, "TIC", "TAC" and "Baselines".
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 
-from tictac_hooks.graph.dag import RECV, Graph
+from tictac_hooks.graph.dag import RECV, Graph, GraphError
 from tictac_hooks.graph.oracle import generic_times
 from tictac_hooks.graph.properties import DependencyClasses, JobState, OutstandingState
 from tictac_hooks.graph.schedule import Schedule
 
-ALGORITHMS = ("tic", "tac", "tac-paper", "random", "layer")
+ALGORITHMS = ("tic", "tac", "tac-paper", "random", "first-use", "declared")
+# Old names still accepted; each says once per process what it is now called.
+ALIASES = {"layer": "first-use"}
+# What each baseline stands for, for tables and reports (a result file's "layer" is
+# "first-use": PEER_LABELS[canonical_algorithm(name, quiet=True)]).
+PEER_LABELS = {
+    "declared": "declared (BytePS TF: variable-list order; ByteScheduler PyTorch/MXNet, "
+                "P3: parameter index)",
+    "first-use": "first-use (ByteScheduler TF: DAG order of first consumer)",
+    "random": "random (a fixed random order)",
+    "tic": "TIC",
+    "tac": "TAC",
+    "tac-paper": "TAC (the paper's per-recv rule)",
+}
+_log = logging.getLogger("tictac")
+_aliases_said: set[str] = set()
+
+
+def canonical_algorithm(name: str, quiet: bool = False) -> str:
+    """``name`` with an old alias (``layer``) replaced by today's name (``first-use``);
+    the first time per process an alias is used (``quiet`` False) one warning line says
+    so. Other names come back unchanged."""
+    new = ALIASES.get(name)
+    if new is None:
+        return name
+    if not quiet and name not in _aliases_said:
+        _aliases_said.add(name)
+        _log.warning("algorithm %r is now called %r (ranks each parameter by its first "
+                     "consumer in the traced step); %r still works", name, new, name)
+    return new
+
+
+def peer_label(name: str) -> str:
+    """The label of an order or baseline in tables: what it is and whose rule it stands
+    for (``layer``, an old result's name, is ``first-use``)."""
+    name = canonical_algorithm(name, quiet=True)
+    return PEER_LABELS.get(name, name)
 
 
 def tic(graph: Graph) -> Schedule:
@@ -166,11 +203,14 @@ def random_order(graph: Graph, seed: int = 0) -> Schedule:
     return Schedule.from_order("random", names)
 
 
-def layer_order(graph: Graph) -> Schedule:
-    """Layer order: recvs by the position of their first consumer (forward layer order).
+def first_use_order(graph: Graph) -> Schedule:
+    """First-use order (``first-use``, formerly ``layer``): recvs by the graph position
+    of their first consumer, the forward order of the traced step.
 
-    A stand-in for the layer-wise priority of ByteScheduler and P3 (variable creation
-    order, which is not read here); recvs nothing consumes go last.
+    ByteScheduler's TensorFlow plugin ranks by such a graph-derived order; the other
+    layer-wise schedulers use the declaration order (:func:`declared_order`), with which
+    it coincides when a model creates its variables in the order it uses them. Recvs
+    nothing consumes go last.
     """
     first_use = {op.name: len(graph) for op in graph.recvs}
     for i, op in enumerate(graph.ops):
@@ -178,15 +218,44 @@ def layer_order(graph: Graph) -> Schedule:
             if name in first_use and first_use[name] == len(graph):
                 first_use[name] = i
     names = [op.name for op in sorted(graph.recvs, key=lambda o: (first_use[o.name], graph.index(o.name)))]
-    return Schedule.from_order("layer", names)
+    return Schedule.from_order("first-use", names)
+
+
+def declared_order(graph: Graph) -> Schedule:
+    """Declaration order (``declared``): recvs by their variable's position in the
+    model's variable list (``Op.declared``: ``model.trainable_variables``, then the
+    other variables in creation order), ties (two reads of one variable) by graph
+    order. What BytePS's TensorFlow plugin enqueues by (``declared_key``), and
+    ByteScheduler's PyTorch (``model.parameters()``) and MXNet plugins and P3
+    (``priority=-index``).
+
+    Raises:
+      GraphError: a recv without a declaration position, naming the recvs that lack
+        it and how to get it.
+    """
+    missing = [op.name for op in graph.recvs if op.declared is None]
+    if missing:
+        shown = ", ".join(repr(n) for n in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise GraphError(
+            f"algorithm 'declared' needs each recv's declaration position (the 'declared' "
+            f"field of the graph JSON); {len(missing)} of {len(graph.recvs)} recvs lack "
+            f"it: {shown}{more}. Extract the graph again with the model: "
+            f"extract_concrete_function(fn, declared=model) or extract_keras_model(model, "
+            f"...) (the TicTac callback and TicTacLoop(model=...) pass it), or "
+            f"with_declared(graph, ...) for a graph-mode partition graph")
+    names = [op.name for op in sorted(graph.recvs,
+                                      key=lambda o: (o.declared, graph.index(o.name)))]
+    return Schedule.from_order("declared", names)
 
 
 def compute_order(graph: Graph, algorithm: str, seed: int = 0) -> Schedule:
-    """Dispatches by name: ``tic``, ``tac``, ``tac-paper``, ``random`` (with ``seed``) or
-    ``layer``; on the graph's parameters (:func:`parameter_graph`: a partitioned
-    variable's shards are one parameter, each shard of it takes the parameter's place),
-    then with every recv that has inputs moved after the recvs those depend on
-    (:func:`after_inputs`)."""
+    """Dispatches by name: ``tic``, ``tac``, ``tac-paper``, ``random`` (with ``seed``),
+    ``first-use`` (alias ``layer``, said once) or ``declared``; on the graph's
+    parameters (:func:`parameter_graph`: a partitioned variable's shards are one
+    parameter, each shard of it takes the parameter's place), then with every recv
+    that has inputs moved after the recvs those depend on (:func:`after_inputs`)."""
+    algorithm = canonical_algorithm(algorithm)
     merged, members = parameter_graph(graph)
     if algorithm == "tic":
         schedule = tic(merged)
@@ -196,8 +265,10 @@ def compute_order(graph: Graph, algorithm: str, seed: int = 0) -> Schedule:
         schedule = tac_paper(merged)
     elif algorithm == "random":
         schedule = random_order(merged, seed)
-    elif algorithm == "layer":
-        schedule = layer_order(merged)
+    elif algorithm == "first-use":
+        schedule = first_use_order(merged)
+    elif algorithm == "declared":
+        schedule = declared_order(merged)
     else:
         raise ValueError(f"unknown algorithm {algorithm!r}: choose one of "
                          f"{', '.join(ALGORITHMS)}")

@@ -7,7 +7,7 @@ import argparse
 import json
 import math
 
-from tictac_hooks.graph.algorithms import ALGORITHMS, compute_order
+from tictac_hooks.graph.algorithms import ALGORITHMS, ALIASES, compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.simulate import simulate
@@ -19,11 +19,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compute the recv order of a worker graph (Graph JSON, see README) and "
                     "print it as order JSON: {algorithm, order, priority}.")
     p.add_argument("graph", metavar="GRAPH.json", help="the worker's iteration DAG")
-    p.add_argument("--algorithm", choices=[a for a in ALGORITHMS if a != "random"],
-                   default="tic",
-                   help="tic (default; needs no times), tac (needs a time for every op), "
-                        "tac-paper (the paper's per-recv TAC) and layer (first-use "
-                        "order), for comparison")
+    p.add_argument("--algorithm", choices=[a for a in ALGORITHMS if a != "random"]
+                   + list(ALIASES), default="tic",
+                   help="tic (default; needs no times), tac (needs a time for every op); "
+                        "for comparison tac-paper (the paper's per-recv TAC), first-use "
+                        "(each parameter by its first consumer in the step, ByteScheduler's "
+                        "TensorFlow plugin; 'layer' is its old name) and declared (the "
+                        "model's variable-list order, BytePS, ByteScheduler's PyTorch "
+                        "plugin, P3: needs the recvs' 'declared' field)")
     p.add_argument("--output", "-o", metavar="ORDER.json", help="write here instead of stdout")
     p.set_defaults(func=_order)
 
@@ -35,8 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--order", metavar="ORDER.json",
                      help="an order file (JSON, or name<TAB>priority lines)")
-    how.add_argument("--algorithm", choices=ALGORITHMS,
-                     help="compute the order first; random = TensorFlow's default (no schedule)")
+    how.add_argument("--algorithm", choices=ALGORITHMS + tuple(ALIASES),
+                     help="compute the order first; random = TensorFlow's default (no "
+                          "schedule); 'layer' is first-use's old name")
     p.add_argument("--seed", type=_seed, default=0,
                    help="seed for random orders and tie-breaking, an integer >= 0 (default 0)")
     p.set_defaults(func=_simulate)

@@ -86,6 +86,11 @@ class Op:
       param: for a recv, the parameter it reads, where known: the shards of one
         partitioned variable (``.../part_<k>``) share it, and count as one parameter
         for the orders' dependency sets (algorithms.py).
+      declared: for a recv, the position of the variable it reads in the model's
+        declaration order (``model.trainable_variables``, then the other variables in
+        creation order), where the extraction was given it: the order BytePS,
+        ByteScheduler and P3 prioritise by (``declared`` in algorithms.py). The shards
+        of one variable, and two reads of it, share its position.
 
     A recv usually has no inputs (the PS can serve it at the start of the step). A
     recv WITH inputs is a read the PS can serve only once they are done on the worker
@@ -100,6 +105,7 @@ class Op:
     channel: str | None = None
     bytes: int | None = None
     param: str | None = None
+    declared: int | None = None
 
     @property
     def is_recv(self) -> bool:
@@ -130,6 +136,9 @@ class Graph:
                     f"got {short_repr(op.time)}")
             if op.bytes is not None and op.bytes < 0:
                 raise GraphError(f"op {op.name!r}: bytes must be >= 0, got {short_repr(op.bytes)}")
+            if op.declared is not None and (op.kind != RECV or op.declared < 0):
+                raise GraphError(f"op {op.name!r}: 'declared' is a recv's declaration "
+                                 f"position, an integer >= 0, got {short_repr(op.declared)}")
             if op.kind == RECV:
                 if op.channel is None:
                     op = dataclasses.replace(op, channel=DEFAULT_CHANNEL)
@@ -193,7 +202,8 @@ class Graph:
         """
         keep = set(names)
         ops = [op if op.kind != RECV or op.name in keep
-               else dataclasses.replace(op, kind=COMPUTE, channel=None, time=0.0)
+               else dataclasses.replace(op, kind=COMPUTE, channel=None, time=0.0,
+                                         declared=None)
                for op in self._ops]
         return Graph(ops)
 
@@ -228,6 +238,8 @@ class Graph:
                 d["bytes"] = op.bytes
             if op.param is not None:
                 d["param"] = op.param
+            if op.declared is not None:
+                d["declared"] = op.declared
             out.append(d)
         return {"ops": out}
 
@@ -247,7 +259,8 @@ class Graph:
             where = f"{source}: ops[{i}]"
             if not isinstance(d, dict):
                 raise GraphError(f"{where}: expected an object, got {type(d).__name__}")
-            unknown = set(d) - {"name", "kind", "time", "inputs", "channel", "bytes", "param"}
+            unknown = set(d) - {"name", "kind", "time", "inputs", "channel", "bytes", "param",
+                                "declared"}
             if unknown:
                 raise GraphError(f"{where} ({short_repr(d.get('name'))}): unknown field(s) "
                                  f"{sorted(map(str, unknown))}")
@@ -285,8 +298,14 @@ class Graph:
             if param is not None and (not isinstance(param, str) or kind != RECV):
                 raise GraphError(f"{where}: 'param' is a recv's parameter name (a string), "
                                  f"got {short_repr(param)}")
+            declared = d.get("declared")
+            if declared is not None and (isinstance(declared, bool)
+                                         or not isinstance(declared, int)
+                                         or declared < 0 or kind != RECV):
+                raise GraphError(f"{where}: 'declared' is a recv's declaration position, "
+                                 f"an integer >= 0, got {short_repr(declared)}")
             ops.append(Op(name=name, kind=kind, inputs=tuple(inputs), time=time,
-                          channel=channel, bytes=nbytes, param=param))
+                          channel=channel, bytes=nbytes, param=param, declared=declared))
         try:
             return cls(ops)
         except GraphError as e:

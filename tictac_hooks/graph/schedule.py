@@ -23,7 +23,7 @@ class ScheduleError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Schedule:
     """Attributes:
-      algorithm: what produced it ("tic", "tac", "random", "layer", "file", ...).
+      algorithm: what produced it ("tic", "tac", "random", "first-use", "declared", "file", ...).
       order: transfer names, first first.
       priority: transfer name -> priority (non-decreasing along ``order``).
     """

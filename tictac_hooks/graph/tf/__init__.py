@@ -12,6 +12,9 @@ whose ``graph`` is the :class:`~tictac_hooks.graph.dag.Graph` the framework-free
   PS-side Python gate uses it.
 * :mod:`tictac_hooks.graph.tf.extraction` -- the ``Extraction`` result type and
   GraphDef input parsing shared by the extractors.
+* :mod:`tictac_hooks.graph.tf.declared` -- declaration positions: where each
+  variable stands in the model's variable list (``Op.declared``, the ``declared``
+  baseline), for the extractors below.
 * :mod:`tictac_hooks.graph.tf.partition` -- TF1 graph mode: a worker's DAG from
   ``RunMetadata.partition_graphs``; ``with_recv_bytes`` fills recv sizes.
 * :mod:`tictac_hooks.graph.tf.functions` -- TF2: the DAG of a ``tf.function``'s

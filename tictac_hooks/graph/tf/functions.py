@@ -15,6 +15,8 @@ import re
 from typing import Any, Callable, Iterable, Mapping
 
 from tictac_hooks.graph.dag import COMPUTE, DEFAULT_CHANNEL, RECV, Graph, GraphError, Op
+from tictac_hooks.graph.tf.declared import (creation_order, declaration_positions,
+                                            declared_variables, parameter_name, with_declared)
 from tictac_hooks.graph.tf.extraction import Extraction, _input_node
 from tictac_hooks.graph.tf.naming import PARAMETER_READ_OPS, task_of
 
@@ -29,7 +31,8 @@ NEXT_BATCH_OPS = frozenset({"IteratorGetNext", "IteratorGetNextAsOptional",
                             "IteratorGetNextSync"})
 
 
-def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) -> Extraction:
+def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None,
+                              declared: Any = None) -> Extraction:
     """The iteration DAG of a traced ``tf.function`` (a ``ConcreteFunction``).
 
     Args:
@@ -39,6 +42,11 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) ->
         where every variable is on a PS). Otherwise a predicate ``variable -> bool``, or
         an iterable of variables, variable handles, or device substrings (e.g.
         ``"/job:ps"``).
+      declared: the model (its ``trainable_variables``, then its other variables), or
+        the variables in declaration order. Given, every recv carries the position of
+        the variable it reads (``Op.declared``, for the ``declared`` order): the shards
+        of one ShardedVariable share one; variables the model does not list (optimizer
+        slots, counters) follow, in creation order (declared.py).
 
     Returns:
       An :class:`Extraction`. Modelling choices:
@@ -99,7 +107,23 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None) ->
     else:
         builder.add_nodes(nodes, prefix="", arg_map={},
                           remote={k: v for k, v in remote_handles.items()})
-    return builder.finish()
+    extraction = builder.finish()
+    if declared is None:
+        return extraction
+    return dataclasses.replace(extraction, graph=_with_declared(
+        extraction.graph, builder.recv_objects, declared))
+
+
+def _with_declared(graph: Graph, recv_objects: Mapping[str, Any], declared: Any) -> Graph:
+    """``graph`` with each recv's declaration position: the model's variables first,
+    then the other variables the recvs read, in creation order."""
+    positions = declaration_positions(declared)
+    read = {id(v): v for v in recv_objects.values()}
+    others = [v for v in read.values() if positions.of(v) is None]
+    if others:
+        positions = declaration_positions(declared_variables(declared) + creation_order(others))
+    return with_declared(graph, lambda name: (positions.of(recv_objects[name])
+                                              if name in recv_objects else None))
 
 
 def _step_loop(nodes: list["_Node"], library: Mapping[str, Any],
@@ -176,6 +200,7 @@ class _Builder:
         self.control_edges: set[tuple[str, str]] = set()  # (op, the op it waits for)
         self.warnings: list[str] = []
         self.recv_variables: dict[str, str] = {}
+        self.recv_objects: dict[str, Any] = {}  # recv -> the variable object it reads
         # Per inlined call: how a consumer of "<call>:<k>" / "^<call>" resolves.
         self.outputs: dict[str, list[list[str]]] = {}
         self.control_outputs: dict[str, list[str]] = {}
@@ -214,8 +239,9 @@ class _Builder:
                 nbytes = (_variable_bytes(var) if node.op == "ReadVariableOp" else None)
                 inputs = tuple(dict.fromkeys(data_deps))
                 self._add(Op(name=full, kind=RECV, inputs=inputs, channel=_channel(var),
-                             bytes=nbytes, param=_parameter_name(var.name)), node.op)
+                             bytes=nbytes, param=parameter_name(var.name)), node.op)
                 self.recv_variables[full] = var.name
+                self.recv_objects[full] = var
                 dropped = tuple(d for d in deps if d not in inputs)
                 if dropped:
                     self.dropped[full] = dropped
@@ -331,9 +357,10 @@ class _Builder:
         for op in self.ops:
             if op.name in local:  # a PS op again: the ordering inputs it had come back
                 op = dataclasses.replace(
-                    op, kind=COMPUTE, channel=None, bytes=None, param=None,
+                    op, kind=COMPUTE, channel=None, bytes=None, param=None, declared=None,
                     inputs=tuple(dict.fromkeys(op.inputs + self.dropped.pop(op.name, ()))))
                 self.recv_variables.pop(op.name, None)
+                self.recv_objects.pop(op.name, None)
             elif op.name in self.ps_side and any(i in recvs for i in op.inputs):
                 self.dropped[op.name] = tuple(i for i in op.inputs if i in recvs)
                 op = dataclasses.replace(
@@ -375,13 +402,6 @@ def _channel(var: Any) -> str:
     """The PS task of a variable; ``"ps:0"`` for a local one (offline analysis)."""
     task = task_of(getattr(var, "device", "") or "")
     return DEFAULT_CHANNEL if task is None or task.startswith("localhost:") else task
-
-
-def _parameter_name(variable_name: str) -> str:
-    """The parameter a variable holds: its name without ``:0`` and without the
-    ``/part_<k>`` of a shard (a ShardedVariable's shards are one parameter)."""
-    name = variable_name.split(":", 1)[0]
-    return re.sub(r"/part_\d+$", "", name)
 
 
 def _variable_bytes(var: Any) -> int | None:

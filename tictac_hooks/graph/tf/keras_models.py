@@ -77,6 +77,8 @@ def graph_from_keras_model(model: Any, batch_size: int, training: bool = True,
     :func:`keras_step_function` for what is traced and
     :func:`extract_concrete_function` for how it becomes a DAG (by default every
     variable, optimizer and metric variables included, counts as living on a PS).
+    Each recv carries its variable's position in the model's variable list
+    (``Op.declared``: ``trainable_variables``, then the others; graph/tf/declared.py).
     """
     ext, fn, args = extract_keras_model(model, batch_size, training, input_shape,
                                         remote_variables)
@@ -89,4 +91,4 @@ def extract_keras_model(model: Any, batch_size: int, training: bool = True,
                         ) -> tuple[Extraction, Any, tuple[Any, ...]]:
     """Like :func:`graph_from_keras_model`, with the full :class:`Extraction`."""
     fn, args = keras_step_function(model, batch_size, training, input_shape)
-    return extract_concrete_function(fn, remote_variables), fn, args
+    return extract_concrete_function(fn, remote_variables, declared=model), fn, args

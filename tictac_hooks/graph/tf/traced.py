@@ -14,6 +14,7 @@ from typing import Any, Sequence
 from tictac_hooks.graph import oracle
 from tictac_hooks.graph.dag import GraphError
 from tictac_hooks.graph.tf import partition, profiler
+from tictac_hooks.graph.tf.declared import graph_mode_positions, with_declared
 from tictac_hooks.graph.tf.naming import PARAMETER_READ_OPS, sending_node_name, task_of
 
 
@@ -35,7 +36,8 @@ def gradient_pushes(traced: Sequence[Any], worker: str) -> dict[str, tuple[str, 
     return out
 
 
-def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = None
+def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = None,
+                         declared: tuple[Any, Sequence[Any]] | None = None
                          ) -> tuple[dict[str, Any], dict[str, float], set[str]]:
     """DAG per worker task, compute times and late recvs from traced steps' RunMetadata
     (``FULL_TRACE``, partition graphs): what :meth:`Controller.switch` takes.
@@ -44,6 +46,9 @@ def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = 
     from the traced RecvTensor records); ``step_stats`` of every traced step the compute
     times. Only parameter reads are scheduled; other PS-to-worker tensors (control-flow
     values, e.g. of a global-step update) depend on the step's own progress: ``late``.
+    ``declared``: (the client's ``tf.Graph``, its variables in declaration order, e.g.
+    ``tf.compat.v1.trainable_variables()`` then the other global variables): each
+    recv then carries its variable's position (``Op.declared``; declared.py).
 
     Raises:
       NoWorkerTaskError: no ``workers`` given and the traced step ran on no ``worker``
@@ -64,6 +69,9 @@ def traced_worker_graphs(traced: Sequence[Any], workers: Sequence[str] | None = 
         late |= set(ext.dropped_inputs)
         compute.update(profiler.times_from_step_stats(step_stats, name_map=ext.name_map,
                                                       device=device))
+    if declared is not None:
+        position = graph_mode_positions(*declared)
+        graphs = {w: with_declared(g, position) for w, g in graphs.items()}
     reads = _parameter_reads(partition_graphs)
     for graph in graphs.values():
         # A tensor sent over two edges is named by its edge (edge_<n>_<node>): the read
