@@ -145,3 +145,24 @@ def test_controller_refuses_an_explicit_align_at_connect_and_runs_a_default_one(
         assert gate.summary()["algorithm"] == "tic"
         assert inprocess.calls(PS)["install"] == 1
         c.cursor.close()
+
+
+def test_the_proxy_client_refuses_pacing_settings_before_it_sends_anything():
+    from tictac_hooks.enforce.client import RendezvousClient
+    from tictac_hooks.enforce.native.client import NativeClient
+    schedule = Schedule("tic", ("a",), {"a": 0})
+    with RendezvousClient("127.0.0.1:1", timeout_s=0.1) as client:  # nothing listens
+        with pytest.raises(UnhonouredSetting, match=r"the proxy backend \(the PS at "
+                                                    r"127\.0\.0\.1:1\) cannot honour "
+                                                    r"pace_rate=1000\.0: the proxy paces"):
+            client.install(schedule, pace_rate=1000.0)
+    assert NativeClient.unhonoured == {}  # the native gate honours every setting
+    with pytest.raises(TicTacSetupError) as e:
+        check_backends(Settings.resolve(align="on"),
+                       {"10.0.0.2:2222": ("proxy", RendezvousClient.unhonoured)})
+    assert str(e.value) == (
+        "align='on' was set (the align argument or --tictac_align), but the PS at "
+        "10.0.0.2:2222 runs the proxy backend, which cannot honour align: the proxy does "
+        "not pace at a link rate, so it has no link to share among the workers of a step. "
+        "Leave align unset (auto: each backend does what it can), or run the PSes with "
+        "the native backend (`tictac ps`, its default)")
