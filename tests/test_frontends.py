@@ -611,9 +611,9 @@ def test_lost_records_are_gaps_not_steps_and_the_steps_keep_their_numbers(monkey
     gate = Gate(skip_after_s=5.0, window_bytes=0, max_active_steps=1, history=4)
     with inprocess.serve_in_process(PS, gate):
         from tictac_hooks import TicTac
-        monkeypatch.setattr("tictac_hooks.callbacks.controller.READ_EVERY_S", 3600.0)
-        monkeypatch.setattr("tictac_hooks.callbacks.controller.READ_EVERY_STEPS", 20)
-        monkeypatch.setattr("tictac_hooks.callbacks.controller.GATE_HISTORY", 80)
+        monkeypatch.setattr("tictac_hooks.callbacks.reading.READ_EVERY_S", 3600.0)
+        monkeypatch.setattr("tictac_hooks.callbacks.reading.READ_EVERY_STEPS", 20)
+        monkeypatch.setattr("tictac_hooks.callbacks.reading.GATE_HISTORY", 80)
         cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS, log_dir=str(tmp_path))
         summary = _drive(cb, gate, 100)
     records = summary["records"]

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from tictac_hooks.callbacks.controller import Controller, Settings, TicTacSetupError
+from tictac_hooks.callbacks.controller import Controller
+from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "keras_ps_train.py")

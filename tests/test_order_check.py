@@ -40,7 +40,7 @@ def test_a_block_needs_three_steps_because_its_first_and_last_are_not_measured()
     by the plan and by every frontend's settings, with the reason."""
     with pytest.raises(ValueError, match=r"block_steps must be >= 3 .*straddles"):
         CheckPlan(rounds=1, block_steps=2)
-    from tictac_hooks.callbacks.controller import Settings
+    from tictac_hooks.callbacks.settings import Settings
     with pytest.raises(ValueError, match="check_block_steps"):
         Settings.resolve(check_block_steps=2)
     # What the PS and the step log make of 3-step blocks: per block one measured step.
@@ -122,7 +122,8 @@ def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
 
 
 def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():
-    from tictac_hooks.callbacks.controller import Controller, Settings
+    from tictac_hooks.callbacks.controller import Controller
+    from tictac_hooks.callbacks.settings import Settings
     def align(training, **kw):
         return Controller(["127.0.0.1:1"], Settings.resolve(**kw), training=training).align
     assert align(True) is False and align(False) is True  # auto
@@ -141,7 +142,9 @@ def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
     PS serves it over one and a few bytes over the other (the copy feeding only the
     gradient's ShapeN). The profiling records say which edge each copy was, and TAC's
     oracle takes those bytes (a recv no record holds keeps its traced size)."""
-    from tictac_hooks.callbacks.controller import Controller, Settings
+    from tictac_hooks.callbacks import planner
+    from tictac_hooks.callbacks.controller import Controller
+    from tictac_hooks.callbacks.settings import Settings
     from tictac_hooks.graph import Graph, Op
     from tictac_hooks.records import GateStep, TransferRecord
 
@@ -160,8 +163,7 @@ def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
     c = Controller(["127.0.0.1:1"], Settings.resolve(algorithm="tac"), install=False)
     c.steplog.add([rec(s, ("w", 400, "edge_1_w"), ("w", 8, "edge_2_w"), ("v", 90 + s, ""))
                    for s in (1, 2, 3)])
-    c._link_rate = 100.0
-    timed = c._timed(g, {"x": 1.0, "z": 2.0})
+    timed = planner.timed(g, {"x": 1.0, "z": 2.0}, 100.0, c.steplog.transfer_bytes())
     assert [timed[n].time for n in ("edge_1_w", "edge_2_w", "v", "u")] == \
         pytest.approx([4.0, 0.08, 0.92, 0.5])
     assert (timed["x"].time, timed["z"].time) == (1.0, 2.0)

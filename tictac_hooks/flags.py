@@ -18,7 +18,7 @@ ALGORITHM_CHOICES = ("tic", "tac", "none")
 ALIGN_CHOICES = ("auto", "on", "off")
 # An order-check block leaves two steps out of its medians: its first (it straddles the
 # order change) and its last (the next block's install is a pause inside it; see
-# Controller._to_block). Three steps is the least that leaves one measured step.
+# CheckRunner._to_block). Three steps is the least that leaves one measured step.
 MIN_CHECK_BLOCK_STEPS = 3
 
 DEFAULTS: dict[str, Any] = {

@@ -209,7 +209,8 @@ def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late:
                  rate_bits: float) -> dict:
     """One Controller per algorithm (the TicTacHook code path), schedule computed,
     then lifted again until its block."""
-    from tictac_hooks.callbacks.controller import Controller, Settings
+    from tictac_hooks.callbacks.controller import Controller
+    from tictac_hooks.callbacks.settings import Settings
     out = {}
     for name in names:
         # The bench compares the orders itself; only "checked" runs TicTac's own check.

@@ -32,7 +32,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from tictac_hooks.callbacks.controller import Controller, Settings
+from tictac_hooks.callbacks.controller import Controller
+from tictac_hooks.callbacks.settings import Settings
 from tictac_hooks.graph.dag import Graph
 
 

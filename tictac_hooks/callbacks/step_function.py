@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from tictac_hooks.callbacks.controller import Controller, TicTacSetupError
+from tictac_hooks.callbacks.controller import Controller
+from tictac_hooks.callbacks.settings import TicTacSetupError
 from tictac_hooks.callbacks.frontend import StepDAG
 from tictac_hooks.graph.dag import Graph
 

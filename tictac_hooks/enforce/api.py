@@ -13,8 +13,12 @@ from tictac_hooks.graph.schedule import Schedule, ScheduleError
 BACKENDS = ("native", "proxy")
 
 # The skip bound's one default (defined beside the gate; re-exported here).
-__all__ = ["BACKENDS", "DEFAULT_SKIP_AFTER_S", "MAX_INSTALL_BYTES", "GateClient", "GateError",
-           "check_install_size"]
+__all__ = ["BACKENDS", "DEFAULT_SKIP_AFTER_S", "INSTALL_SETTINGS", "MAX_INSTALL_BYTES",
+           "GateClient", "GateError", "UnhonouredSetting", "check_install_size"]
+
+# The settings an install takes beside the schedule (GateClient.install's keywords); a
+# backend that cannot honour one says why in its client's ``unhonoured``.
+INSTALL_SETTINGS = ("skip_after_s", "window_bytes", "pace_rate", "align")
 
 # The largest install request a client sends, on either backend (the proxy's control
 # service accepts requests up to this size; gRPC's own default is 4 MiB). 64 MiB holds
@@ -38,16 +42,35 @@ class GateError(ConnectionError):
     """A PS's TicTac gate could not be reached, or refused a request (both backends)."""
 
 
+class UnhonouredSetting(ValueError):
+    """An install setting given to a backend that cannot honour it (GateClient.unhonoured)."""
+
+
 class GateClient:
     """What every backend's client offers: ``ping``, ``install`` (a schedule; steps
     starting after it run under it), ``clear``, ``stats`` (totals plus one record per
     step and worker; with ``since``, a cursor's read: only the records finished after
     record number ``since``, with ``last_seq`` and ``dropped``, see
     :meth:`tictac_hooks.enforce.gate.Gate.read`), ``served_names`` (what a schedule can
-    name), ``close``."""
+    name), ``close``.
+
+    ``unhonoured`` maps each install setting the backend cannot honour to why; its
+    ``install`` refuses a value for one (:meth:`refuse_unhonoured`, UnhonouredSetting)
+    rather than ignore it, and None leaves it to the backend's own behaviour."""
 
     address: str
     backend: str
+    unhonoured: "dict[str, str]" = {}
+
+    def refuse_unhonoured(self, **settings: Any) -> None:
+        """Raises UnhonouredSetting for a setting given (not None) that this backend
+        cannot honour, naming the backend, the setting and why."""
+        for name, value in settings.items():
+            why = self.unhonoured.get(name)
+            if value is not None and why is not None:
+                raise UnhonouredSetting(
+                    f"the {self.backend} backend (the PS at {self.address}) cannot honour "
+                    f"{name}={value!r}: {why}; leave it None")
 
     def ping(self) -> bool: ...
     def install(self, schedule: Schedule, skip_after_s: float | None = None,

@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import grpc
 
-from tictac_hooks.enforce.api import BACKENDS, GateClient, GateError, check_install_size
+from tictac_hooks.enforce.api import (BACKENDS, GateClient, GateError, UnhonouredSetting,
+                                      check_install_size)
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.proxy import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -42,6 +43,12 @@ class RendezvousClient(GateClient):
     """
 
     backend = "proxy"
+    unhonoured = {
+        "pace_rate": "the proxy paces by its window of bytes in flight (each answered by "
+                     "the PS), not at a link rate",
+        "align": "the proxy does not pace at a link rate, so it has no link to share "
+                 "among the workers of a step",
+    }
 
     def __init__(self, address: str, timeout_s: float = 10.0) -> None:
         self.address = address
@@ -81,8 +88,9 @@ class RendezvousClient(GateClient):
         also sets how long the PS waits for a scheduled transfer before skipping it,
         ``window_bytes`` the gate's look-ahead window (0: strictly one at a time).
         ``pace_rate`` and ``align`` are the native gate's pacing settings: the proxy paces
-        by its window of bytes in flight (each answered by the PS), so it takes and
-        ignores them."""
+        by its window of bytes in flight (each answered by the PS), so it refuses a
+        value for them (UnhonouredSetting; None: not given)."""
+        self.refuse_unhonoured(pace_rate=pace_rate, align=align)
         body: dict[str, Any] = {"schedule": schedule.to_json()}
         if skip_after_s is not None:
             body["skip_after_s"] = skip_after_s
@@ -170,7 +178,7 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
     """Installs ``plan[address]`` on each PS, everywhere or nowhere.
 
     First checks everything: every PS answers and enforces, each schedule is within
-    the install size limit, and, where the PSes have served transfers, the schedules
+    the install size limit, each PS's backend honours the settings given (not None), and, where the PSes have served transfers, the schedules
     name some of them (else: a schedule for another model). Only then installs, PS by
     PS; if one install fails, the PSes already changed are cleared again (back to
     TensorFlow's order) and :class:`InstallError` says which PS holds what.
@@ -187,6 +195,12 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
                 raise InstallError(f"{e}; nothing was installed on any PS") from None
             check_install_size(schedule, len(json.dumps(schedule.to_json()).encode()),
                                address)
+            try:
+                clients[address].refuse_unhonoured(
+                    skip_after_s=skip_after_s, window_bytes=window_bytes,
+                    pace_rate=pace_rate, align=align)
+            except UnhonouredSetting as e:
+                raise InstallError(f"{e}; nothing was installed on any PS") from None
         matched = {a: len(set(s.order) & served[a]) for a, s in plan.items()}
         if any(served.values()) and not any(matched[a] for a in plan if served[a]):
             example = next((s.order[0] for s in plan.values() if s.order), "(empty)")

@@ -74,6 +74,12 @@ class InProcessClient(GateClient):
     both backends do, as plain calls)."""
 
     backend = "inprocess"
+    unhonoured = {
+        "pace_rate": "the Python gate paces by its window of bytes in flight, not at a "
+                     "link rate",
+        "align": "the Python gate does not pace at a link rate, so it has no link to "
+                 "share among the workers of a step",
+    }
 
     def __init__(self, address: str, gate: Gate) -> None:
         self.address = address
@@ -91,6 +97,7 @@ class InProcessClient(GateClient):
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
                 window_bytes: int | None = None,
                 pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
+        self.refuse_unhonoured(pace_rate=pace_rate, align=align)
         self._count("install")
         with gate_lock(self.address):
             return self.gate.install(schedule, skip_after_s, window_bytes)

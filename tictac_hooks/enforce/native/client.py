@@ -117,6 +117,7 @@ class NativeClient(GateClient):
     """
 
     backend = "native"
+    unhonoured: dict[str, str] = {}  # every install setting (window_bytes while pacing)
 
     def __init__(self, address: str, timeout_s: float = 10.0, device: str | None = None) -> None:
         from tictac_hooks.enforce.native.build import load

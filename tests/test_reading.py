@@ -1,0 +1,188 @@
+"""Reading the PSes' records (callbacks/reading.py) against a gate in this process: the
+reading thread's wake-ups, failures and stop; lost workers told from slow ones; the
+summary of what was read; waiting for profiled steps; the logs written at the end."""
+
+import itertools
+import json
+import logging
+import threading
+import time
+
+import pytest
+
+from tictac_hooks.callbacks import reading
+from tictac_hooks.callbacks.steplog import StepLog
+from tictac_hooks.enforce import inprocess
+from tictac_hooks.enforce.cursor import RecordCursor
+from tictac_hooks.enforce.gate import Gate
+from tictac_hooks.ports import free_port
+
+PS = "127.0.0.1:61401"
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+IDS = itertools.count(1)
+
+
+def step(gate: Gate, worker: str = W0, names=("a", "b")) -> None:
+    """One step of ``worker`` at the gate (no schedule: every transfer passes)."""
+    step_id = next(IDS)
+    with inprocess.gate_lock(PS):
+        for name in names:
+            ticket = gate.arrive(step_id, worker, name)
+            assert gate.request(ticket) is None
+            ticket.nbytes = 100
+            gate.completed(ticket)
+            gate.handed_back(ticket)
+    time.sleep(0.002)  # steps start one after the other
+
+
+@pytest.fixture
+def gate():
+    g = Gate(skip_after_s=5.0, window_bytes=0)
+    with inprocess.serve_in_process(PS, g):
+        yield g
+
+
+@pytest.fixture
+def cursor(gate):
+    c = RecordCursor([PS])
+    c.start()
+    yield c
+    c.close()
+
+
+def read_into(cursor: RecordCursor, steplog: StepLog, everything: bool = False) -> None:
+    steplog.add(cursor.read(include_active=True).steps)
+    steplog.finalize(lambda a, b: 0.0, lambda s, t: None, everything)
+
+
+def test_the_thread_reads_every_n_dispatched_steps_and_stops(monkeypatch):
+    monkeypatch.setattr(reading, "READ_EVERY_S", 3600.0)  # only the steps wake it
+    reads = []
+    done = threading.Event()
+
+    def read():
+        reads.append(1)
+        done.set()
+    thread = reading.ReadingThread(read, every_steps=4)
+    thread.start()
+    thread.dispatched(3)
+    time.sleep(0.2)
+    assert reads == []  # 3 of 4 steps: not yet
+    thread.dispatched(1)
+    assert done.wait(5.0) and len(reads) == 1
+    done.clear()
+    thread.wake()  # asked for (e.g. an epoch's end)
+    assert done.wait(5.0) and len(reads) == 2
+    thread.stop(timeout_s=5.0)
+    assert not thread._thread.is_alive()
+
+
+def test_a_failing_read_is_logged_once_and_tried_again(monkeypatch, caplog):
+    monkeypatch.setattr(reading, "READ_EVERY_S", 0.01)
+    calls = []
+    recovered = threading.Event()
+
+    def read():
+        calls.append(1)
+        if len(calls) <= 3:
+            raise OSError("PS away")
+        recovered.set()
+    with caplog.at_level(logging.WARNING, logger="tictac"):
+        thread = reading.ReadingThread(read, every_steps=None)
+        thread.start()
+        assert recovered.wait(5.0)
+        thread.stop(timeout_s=5.0)
+    warnings = [r.getMessage() for r in caplog.records if "reading the PSes'" in r.getMessage()]
+    assert warnings == ["TicTac: reading the PSes' step records failed (OSError: PS away); "
+                        "trying again"]
+
+
+def test_reads_adapt_to_the_records_a_step_makes(gate, cursor):
+    """Two records per step and PS (two workers): a quarter of a gate's history holds
+    what finishes between reads when it reads every GATE_HISTORY / 4 / 2 steps."""
+    thread = reading.ReadingThread(lambda: None, every_steps=None, cursor=cursor)
+    assert thread.every_steps == reading.READ_EVERY_STEPS
+    for _ in range(10):
+        step(gate, W0)
+        step(gate, W1)
+    cursor.read(include_active=True)
+    thread._dispatched = 10
+    thread._adapt()
+    assert thread.every_steps == min(reading.READ_EVERY_STEPS,
+                                     int(reading.GATE_HISTORY / 4 / 2))
+    fixed = reading.ReadingThread(lambda: None, every_steps=7, cursor=cursor)
+    fixed._dispatched = 10
+    fixed._adapt()
+    assert fixed.every_steps == 7
+
+
+def test_the_summary_counts_each_dispatched_step_once(gate, cursor):
+    steplog = StepLog()
+    for _ in range(6):
+        step(gate)
+    read_into(cursor, steplog, everything=True)
+    summary = reading.records_summary(6, steplog, cursor, [PS])
+    assert summary["dispatched"] == 6 and summary["worker_steps"] == 6
+    assert summary["missing"] == 0 and summary["unfinished"] == 0
+    assert summary["dropped"] == 0 and summary["read"] >= 6
+    assert summary["per_ps"] == {PS: {"read": cursor.read_records[PS], "dropped": 0}}
+    assert reading.records_summary(3, steplog, None, [PS]) == {"dispatched": 3}
+
+
+def test_a_silent_worker_whose_task_does_not_answer_is_lost_once(gate, cursor):
+    steplog, lines, probed = StepLog(), [], {}
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    step(gate, W1)
+    for _ in range(reading.SUSPECT_AFTER_STEPS - 1):
+        step(gate, W0)
+    read_into(cursor, steplog)
+    reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
+    assert lines == [] and W1 not in steplog.lost  # not silent long enough
+    step(gate, W0)
+    read_into(cursor, steplog)
+    reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
+    assert W1 in steplog.lost and len(lines) == 1
+    assert lines[0].startswith("worker_1 (" + W1 + ") lost: its last step started at ")
+    assert f"the other workers started {reading.SUSPECT_AFTER_STEPS} steps since (its " \
+           f"task at {dead} does not answer)" in lines[0]
+    reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
+    assert len(lines) == 1  # said once
+
+
+def test_a_worker_of_unknown_address_is_lost_only_after_many_steps(gate, cursor):
+    steplog, lines = StepLog(), []
+    step(gate, W1)
+    for _ in range(reading.SUSPECT_AFTER_STEPS):
+        step(gate, W0)
+    read_into(cursor, steplog)
+    reading.find_lost_workers(steplog, {}, {}, lines.append)
+    assert lines == []  # silent, but maybe slow: no address to ask
+    for _ in range(reading.LOST_AFTER_STEPS - reading.SUSPECT_AFTER_STEPS):
+        step(gate, W0)
+    read_into(cursor, steplog)
+    reading.find_lost_workers(steplog, {}, {}, lines.append)
+    assert W1 in steplog.lost and "(no step of it since)" in lines[0]
+
+
+def test_waiting_for_profiled_steps(gate, cursor):
+    steplog = StepLog()
+    polls = []
+
+    def poll():
+        polls.append(1)
+        steplog.add(cursor.read(include_active=True).steps)
+    assert reading.wait_for_profiled_records(poll, steplog, timeout_s=0.2) is False
+    step(gate)
+    step(gate)
+    assert reading.wait_for_profiled_records(poll, steplog, timeout_s=5.0) is True
+
+
+def test_the_logs_hold_every_ps_transfer_and_the_summary(gate, tmp_path):
+    step(gate)
+    reading.write_logs(str(tmp_path / "logs"), [PS], {"records": {"dispatched": 1}})
+    trace = json.loads((tmp_path / "logs" / "tictac_transfers.trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"a", "b"} <= names
+    summary = json.loads((tmp_path / "logs" / "tictac_summary.json").read_text())
+    assert summary == {"records": {"dispatched": 1}}
