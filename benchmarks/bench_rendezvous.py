@@ -47,7 +47,6 @@ from tictac_hooks.ports import free_port  # noqa: E402
 from tictac_hooks.bench.metrics import median_ci  # noqa: E402
 from tictac_hooks.bench.workloads import comm_heavy as comm_heavy_model  # noqa: E402
 from tictac_hooks.bench.procstat import cpu_seconds as cpu_s, rss_mib  # noqa: E402
-from tictac_hooks.records import GateStep  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
@@ -308,7 +307,7 @@ def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
             s.run(train)
             # The transfers of a training step, scheduled in reverse of the order
             # TensorFlow used (any fixed order exercises the gate the same way).
-            last = GateStep.from_json(client.stats()["steps"][-1])
+            last = client.stats().steps[-1]
             served = [t.name for t in last.transfers]
             client.install(Schedule.from_order("memory", list(reversed(served))))
             s.run(train)
@@ -321,9 +320,7 @@ def memory(rss_steps: int) -> tuple[dict[int, float], dict[str, Any]]:
                     s.run(train)
                 done = mark
                 rss[mark] = rss_mib(pid)
-            stats = client.stats()
-            stats.pop("steps")
-            return rss, stats
+            return rss, client.stats().to_json(steps=False)
 
 
 def main() -> None:

@@ -56,7 +56,6 @@ from tictac_hooks.bench.metrics import median_ci  # noqa: E402
 from tictac_hooks.bench.procstat import cpu_seconds as process_cpu_s  # noqa: E402
 from tictac_hooks.cluster import netns  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
-from tictac_hooks.records import GateStep  # noqa: E402
 
 
 def _abba(n: int):
@@ -132,7 +131,7 @@ def client(cfg: dict) -> dict:
     for s, _ in runs:
         s.close()
     out["step_seconds"], out["block_medians"] = steps, blocks
-    steps = [GateStep.from_json(st) for st in connect(cfg["ps"]).stats()["steps"]]
+    steps = list(connect(cfg["ps"]).stats().steps)
     out["rendezvous_steps_by_worker"] = {}
     for st in steps:
         key = st.worker
@@ -157,7 +156,7 @@ def step_client(cfg: dict) -> dict:
         steps = _timed_steps(lambda: s.run(train), cfg["steps"])
     out = {"step_seconds": steps}
     if cfg["gated"]:  # proof that the steps went through the gate
-        out["gated_steps"] = len(connect(cfg["ps"]).stats()["steps"])
+        out["gated_steps"] = len(connect(cfg["ps"]).stats().steps)
     return out
 
 
@@ -187,12 +186,12 @@ def bypass_client(cfg: dict) -> dict:
                 for kind in order:
                     gate.call("bypass", "0" if kind == "gate" else "1")
                     s.run(train)  # not timed: the switch lands between steps
-                    before = len(gate.stats()["steps"]) if kind == "gate" else 0
+                    before = len(gate.stats().steps) if kind == "gate" else 0
                     c0 = process_cpu_s(cfg["ps_pid"])
                     block = _timed_steps(lambda: s.run(train), cfg["steps"])
                     cpu[kind].append(process_cpu_s(cfg["ps_pid"]) - c0)
                     if kind == "gate":
-                        gated += len(gate.stats()["steps"]) - before
+                        gated += len(gate.stats().steps) - before
                     out[kind].append(block)
         finally:
             gate.call("bypass", "0")

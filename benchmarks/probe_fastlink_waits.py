@@ -37,7 +37,7 @@ median = statistics.median
 def per_step(rec):
     """(arrival spread, summed and largest hold of ready responses, span), seconds."""
     ts = [t for t in rec.transfers if t.handback and t.release]
-    holds = [max(0.0, t.handback - t.release) for t in ts]
+    holds = [t.held_s for t in ts]
     arrivals = [t.arrive for t in ts]
     return (max(arrivals) - min(arrivals), sum(holds), max(holds),
             max(t.handback for t in ts) - min(arrivals))

@@ -119,8 +119,8 @@ def test_the_decision_keeps_the_faster_candidate_and_the_gate_runs_it(gate):
         h.runner.step_dispatched()
     assert len(h.results) == 1 and h.runner.check_result is h.results[0]
     result = h.results[0]
-    assert result["decision"] == order_check.TICTAC and result["chosen"] == "tac"
-    assert result["pairs"] == ROUNDS  # TAC's: one pair per round
+    assert result.decision == order_check.TICTAC and result.chosen == "tac"
+    assert result.spread.pairs == ROUNDS  # TAC's: one pair per round
     assert h.runner.kept_order == "tac" and h.running() == "tac"
     assert not h.runner.running
     assert h.lines[-1].startswith("order check: TAC order +100.0 % throughput vs "
@@ -140,7 +140,7 @@ def test_slower_orders_are_cleared_and_no_pair_keeps_the_order_before(gate):
                          + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2)
     for _ in range(h.runner.plan.total_steps + 1):
         h.runner.step_dispatched()
-    assert h.results[-1]["decision"] == order_check.DEFAULT
+    assert h.results[-1].decision == order_check.DEFAULT
     assert h.runner.kept_order is None and h.running() is None
     assert h.lines[-1].endswith("cleared, TensorFlow's order kept")
 
@@ -148,7 +148,7 @@ def test_slower_orders_are_cleared_and_no_pair_keeps_the_order_before(gate):
     h.switch("tac")
     for _ in range(h.runner.plan.total_steps + 1):  # no records at all: inconclusive
         h.runner.step_dispatched()
-    assert h.results[-1]["decision"] is None
+    assert h.results[-1].decision is None
     assert h.runner.kept_order == "tac" and h.running() == "tac"
     assert "inconclusive" in h.lines[-1] and h.lines[-1].endswith("TAC order kept")
 
@@ -209,7 +209,7 @@ def test_finish_inside_the_check_decides_on_what_ran(gate):
     for _ in range(2 * BLOCK):
         h.runner.step_dispatched()
     h.runner.finish()
-    assert h.results[-1]["decision"] == order_check.TICTAC and h.running() == "tic"
+    assert h.results[-1].decision == order_check.TICTAC and h.running() == "tic"
 
 
 def test_a_process_that_does_not_install_never_touches_the_gate(gate):

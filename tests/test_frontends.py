@@ -215,10 +215,11 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
     if adapter != "hook":
         assert len(JOINS) == 1 + (2 * ROUNDS - 1) + 1 + 1, (adapter, len(JOINS))
 
-    # Reads: the cursor's start, the switch, the check's end and the finish (and the
-    # finish's transfer timeline, written to log_dir) on the loop's thread; the reading
-    # thread's own, woken by the steps dispatched and by time, beside them.
-    assert calls["stats"] >= 1 + 3 + 1, (adapter, calls)
+    # Reads: the cursor's start, the switch, the check's end and the finish on the
+    # loop's thread (the transfer timeline is written from those reads, not fetched
+    # again); the reading thread's own, woken by the steps dispatched and by time,
+    # beside them.
+    assert calls["stats"] >= 1 + 3, (adapter, calls)
     records = summary["records"]
     assert records["dispatched"] == total and records["worker_steps"] == total, records
     assert records["dropped"] == 0 and records["missing"] == 0, records

@@ -52,11 +52,11 @@ def test_a_block_needs_three_steps_because_its_first_and_last_are_not_measured()
         recs.append(WorkerStep(W0, i, t, x, 0.0, phase, paused_s=paused, order=order))
         t += x or 1.0
     r = decide(recs, CheckPlan(2, 3), "tic")
-    assert r["decision"] == order_check.TICTAC and r["pairs"] == 2
+    assert r.decision == order_check.TICTAC and r.spread.pairs == 2
     # The same records cut to two-step blocks (the straddling step and the paused one)
     # leave no measured step, hence no pair.
     two = [rec for rec in recs if rec.step % 3 != 1]
-    assert decide(two, CheckPlan(2, 3), "tic")["decision"] is None
+    assert decide(two, CheckPlan(2, 3), "tic").decision is None
 
 
 def test_each_run_drops_its_straddling_first_step_and_pairs_default_with_the_tictac_before():
@@ -76,12 +76,12 @@ def test_decision_keeps_tictac_when_the_median_pair_is_not_slower_and_clears_oth
     faster = steps(W0, [(SCHEDULED, [1, 1, 1, 1]), (CHECK, [2, 2, 2, 2])] * 2) + \
         steps(W1, [(SCHEDULED, [1, 1, 1, 1]), (CHECK, [1.5, 1.5, 1.5, 1.5])] * 2)
     r = decide(faster, plan, "tic")
-    assert r["decision"] == order_check.TICTAC and r["pairs"] == 4
-    assert r["ratio_min"] == pytest.approx(1.5) and r["ratio_max"] == pytest.approx(2.0)
-    assert r["workers"][W0]["tictac_median_step_time"] == pytest.approx(1.0)
-    assert r["workers"][W0]["default_median_step_time"] == pytest.approx(2.0)
+    assert r.decision == order_check.TICTAC and r.spread.pairs == 4
+    assert r.spread.low == pytest.approx(1.5) and r.spread.high == pytest.approx(2.0)
+    assert r.workers[W0].tictac_median_step_time == pytest.approx(1.0)
+    assert r.workers[W0].default_median_step_time == pytest.approx(2.0)
     slower = steps(W0, [(SCHEDULED, [2, 2, 2, 2]), (CHECK, [1, 1, 1, 1])] * 2)
-    assert decide(slower, plan, "tac")["decision"] == order_check.DEFAULT
+    assert decide(slower, plan, "tac").decision == order_check.DEFAULT
     # Paused steps and steps without a time are not in any median.
     odd = [WorkerStep(W0, 0, 0.0, None, 0.0, SCHEDULED)] + steps(W0, [(SCHEDULED, [3])], 1)
     assert run_medians(odd)[W0] == [] or all(m > 0 for _, m, _ in run_medians(odd)[W0])
@@ -89,8 +89,8 @@ def test_decision_keeps_tictac_when_the_median_pair_is_not_slower_and_clears_oth
 
 def test_no_pair_means_no_decision_and_says_why():
     r = decide(steps(W0, [(SCHEDULED, [1, 1, 1])]), CheckPlan(1, 3), "tic")
-    assert r["decision"] is None and "no (TicTac, TensorFlow) block pair" in r["reason"]
-    assert r["pairs"] == 0
+    assert r.decision is None and "no (TicTac, TensorFlow) block pair" in r.reason
+    assert r.spread.pairs == 0
 
 
 def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
@@ -110,15 +110,15 @@ def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
     recs = labelled(W0, (block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
                          + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2)
     r = decide(recs, plan, "tic")
-    assert r["decision"] == order_check.TICTAC and r["chosen"] == "tac"
-    assert r["candidates"]["tic"]["ratio_median"] == pytest.approx(2.0 / 1.5)
-    assert r["candidates"]["tac"]["ratio_median"] == pytest.approx(2.0)
-    assert r["algorithm"] == "tac" and r["pairs"] == 2
+    assert r.decision == order_check.TICTAC and r.chosen == "tac"
+    assert r.candidates["tic"].median == pytest.approx(2.0 / 1.5)
+    assert r.candidates["tac"].median == pytest.approx(2.0)
+    assert r.algorithm == "tac" and r.spread.pairs == 2
     # Both slower than TensorFlow's order: cleared.
     slow = labelled(W0, (block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
                          + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2)
     r = decide(slow, plan, "tic")
-    assert r["decision"] == order_check.DEFAULT and r["chosen"] is None
+    assert r.decision == order_check.DEFAULT and r.chosen is None
 
 
 def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():

@@ -178,11 +178,19 @@ def test_waiting_for_profiled_steps(gate, cursor):
     assert reading.wait_for_profiled_records(poll, steplog, timeout_s=5.0) is True
 
 
-def test_the_logs_hold_every_ps_transfer_and_the_summary(gate, tmp_path):
+def test_the_timeline_is_written_as_records_are_read_and_the_logs_hold_the_summary(
+        gate, cursor, tmp_path):
+    timeline = reading.TransferTimeline(str(tmp_path / "logs"))
     step(gate)
-    reading.write_logs(str(tmp_path / "logs"), [PS], {"records": {"dispatched": 1}})
-    trace = json.loads((tmp_path / "logs" / "tictac_transfers.trace.json").read_text())
-    names = {e.get("name") for e in trace["traceEvents"]}
-    assert {"a", "b"} <= names
+    timeline.add(cursor.read(include_active=True).steps)  # finished ones only
+    step(gate, names=("c",))
+    timeline.add(cursor.read(include_active=True).steps, final=True)  # and the active
+    timeline.close()
+    timeline.close()  # once is enough
+    trace = json.loads((tmp_path / "logs" / reading.TIMELINE_FILE).read_text())
+    transfers = [e["name"] for e in trace["traceEvents"] if e.get("cat") == "pass"]
+    # Each transfer once, though the first read saw an active record too.
+    assert sorted(transfers) == ["a", "b", "c"]
+    reading.write_logs(str(tmp_path / "logs"), {"records": {"dispatched": 1}})
     summary = json.loads((tmp_path / "logs" / "tictac_summary.json").read_text())
     assert summary == {"records": {"dispatched": 1}}

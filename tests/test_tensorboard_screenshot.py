@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import tensorboard_screenshot as shot  # noqa: E402
 
 from tictac_hooks.callbacks.tensorboard import StepTimeWriter  # noqa: E402
-from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep  # noqa: E402
+from tictac_hooks.records import (CHECK, PROFILING, SCHEDULED, CheckBlock,  # noqa: E402
+                                  CheckResult, RatioSpread, WorkerStep)
 
 W = "/job:worker/replica:0/task:{}/device:CPU:0"
 
@@ -31,10 +32,13 @@ def write_logs(log_dir):
             step_time = 0.40 if phase == SCHEDULED else 0.46
             records.append(WorkerStep(W.format(w), i, t, step_time, 0.1, phase))
             t += step_time
-        blocks[W.format(w)] = [(SCHEDULED, 0.40, list(range(10, 20))),
-                               (CHECK, 0.46, list(range(20, 30)))]
+        blocks[W.format(w)] = (CheckBlock(SCHEDULED, 0.40, tuple(range(10, 20))),
+                               CheckBlock(CHECK, 0.46, tuple(range(20, 30))))
     writer.write(records)
-    writer.choice({"decision": "tictac", "pairs": 2, "ratio_median": 1.15, "blocks": blocks})
+    writer.choice(CheckResult(
+        algorithm="tic", rounds=1, block_steps=10, candidates={}, rule="", workers={},
+        spread=RatioSpread(2, 1.15, 1.1, 1.2), blocks=blocks, decision="tictac",
+        chosen="tic"))
     writer.close()
 
 

@@ -30,6 +30,23 @@ PROFILING, SCHEDULED, CHECK = 0, 1, 2
 PHASE_NAMES = {PROFILING: "profiling", SCHEDULED: "scheduled", CHECK: "check"}
 
 
+# A transfer's state at a gate (TransferRecord.state; gate.cc's StateName writes the
+# same strings).
+PASS = "pass"              # not listed: straight through
+LISTED = "listed"          # listed and expected here: waited for its turn
+LATE = "late"              # listed, but its slot was already skipped: straight through
+UNEXPECTED = "unexpected"  # listed, but not a transfer this PS served when installed
+DUPLICATE = "duplicate"    # a second transfer of the same name in one step
+STATES = (PASS, LISTED, LATE, UNEXPECTED, DUPLICATE)
+
+# Why a gate skipped a listed transfer (SkipRecord.reason).
+SLOW = "slow"            # its request came, but its response did not within the bound
+TIMEOUT = "timeout"      # its request did not come within the bound
+ABSENT = "absent"        # skipped for not coming in several steps running: at once now
+CANCELLED = "cancelled"  # its call ended without a response
+SKIP_REASONS = (SLOW, TIMEOUT, ABSENT, CANCELLED)
+
+
 class RecordError(ValueError):
     """A record does not have the fields of its schema."""
 
@@ -43,16 +60,24 @@ def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class TransferRecord:
-    """One RecvTensor through a gate. Times are wall-clock seconds at the PS."""
+    """One RecvTensor through a gate. Times are wall-clock seconds at the PS; 0: not
+    (yet) happened.
+
+    The two backends hold different ends of a transfer: the proxy holds the *request*
+    (the PS produces the response once the gate lets the request go), the native gate
+    holds the *response* (the PS produces it at once; the gate hands it back in turn).
+    Each field means one thing on both; :attr:`held_s` and :attr:`ps_s` read them.
+    """
 
     name: str        # the transfer as schedules name it (sending node, or edge_<n>_...)
-    state: str       # pass, listed, late, unexpected, duplicate (enforce/gate.py)
+    state: str       # one of STATES
     priority: int    # its priority in the installed order; -1 when not listed
     bytes: int       # response bytes
-    arrive: float    # request seen
-    release: float   # forwarded to the PS's own RecvTensor (0: not yet)
-    release_seq: int  # release order among listed transfers, gate-wide (-1: none)
-    handback: float  # response handed to gRPC (0: not yet)
+    arrive: float    # its request reached the gate
+    release: float   # the gate stopped holding it back (proxy: request forwarded to the
+                     # PS; native: response handed back)
+    release_seq: int  # order of release among listed transfers, gate-wide (-1: none)
+    handback: float  # its response went to gRPC, back to the worker
     error: str = ""  # a failed call's status
     # The key's full tensor name (edge_<n>_...), recorded where ``name`` came twice in
     # the step (a tensor sent over two edges, under its node's name): which edge it was.
@@ -60,11 +85,35 @@ class TransferRecord:
     # The PS sent a dead tensor (is_dead in the response): the exit iteration of a
     # loop (steps_per_execution > 1) sends every body transfer once more, dead.
     dead: bool = False
+    # The PS had produced the response (native: RecvTensor's callback; proxy: its first
+    # HEADERS frame came back, which is also its hand-back). 0: unknown (older records).
+    ready: float = 0.0
+
+    @property
+    def held_s(self) -> float:
+        """Seconds the gate held the transfer back for its turn: its request (from
+        arrival to release) or its response (from ready to release)."""
+        if not self.release:
+            return 0.0
+        start = self.ready if 0 < self.ready <= self.release else self.arrive
+        return max(self.release - start, 0.0)
+
+    @property
+    def ps_s(self) -> float:
+        """Seconds the PS spent producing the response: from the request's arrival
+        (native), or from its release (proxy), to ready."""
+        ready = self.ready or self.handback
+        if not ready:
+            return 0.0
+        start = self.release if 0 < self.release < ready else self.arrive
+        return max(ready - start, 0.0)
 
     def to_json(self) -> dict[str, Any]:
         out = {"name": self.name, "state": self.state, "priority": self.priority,
                "bytes": self.bytes, "arrive": self.arrive, "release": self.release,
                "release_seq": self.release_seq, "handback": self.handback}
+        if self.ready:
+            out["ready"] = self.ready
         if self.error:
             out["error"] = self.error
         if self.tensor:
@@ -79,7 +128,7 @@ class TransferRecord:
         return cls(f("name"), f("state"), int(f("priority")), int(f("bytes")),
                    float(f("arrive")), float(f("release")), int(f("release_seq")),
                    float(f("handback")), str(d.get("error", "")), str(d.get("tensor", "")),
-                   bool(d.get("dead", False)))
+                   bool(d.get("dead", False)), float(d.get("ready", 0.0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +137,8 @@ class SkipRecord:
     and when."""
 
     name: str
-    reason: str
-    time: float
+    reason: str   # one of SKIP_REASONS
+    time: float   # wall-clock seconds at the PS
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "reason": self.reason, "time": self.time}
@@ -181,6 +230,85 @@ class GateStep:
                    int(d.get("seq", 0)), int(d.get("worker_seq", 0)))
 
 
+@dataclasses.dataclass(frozen=True)
+class GateStats:
+    """What one gate's ``stats`` answers, on every backend: its settings, its counters,
+    and step records (every one held; with ``since``, a cursor's read: the records
+    finished after record number ``since``). The wire format is :meth:`to_json`; a
+    client reads it with :meth:`from_json` (a missing field is a :class:`RecordError`
+    naming it). gate.cc's ``SummaryLocked`` writes the same fields
+    (tests/test_records.py checks they do not drift)."""
+
+    ps: str                        # the PS's address (set by the client that read it)
+    backend: str                   # "native", "proxy" or "inprocess"
+    schedule_version: int | None   # the installed order (None: TensorFlow's own)
+    algorithm: str | None          # its algorithm
+    expected: int                  # transfers of that order this PS enforces
+    window_bytes: int              # look-ahead bytes in flight (0: one at a time)
+    active_steps: int              # (step, worker) records still open
+    history: int                   # finished records held
+    served_names: int              # distinct transfer names served so far
+    totals: Mapping[str, int]      # transfers handed back per state (STATES), and
+                                   # requests the gate could not parse ("unparsed")
+    steps: tuple[GateStep, ...]    # oldest first: finished, then active (seq 0)
+    # Native only (None elsewhere): bytes/s the hand-back is paced to (0: not paced),
+    # whether paced turns align to the link, the conserve bound, the skip bound.
+    pace_rate: float | None = None
+    align: bool | None = None
+    conserve_after_s: float | None = None
+    skip_after_s: float | None = None
+    since: int | None = None       # the read's cursor (None: every record held)
+    last_seq: int = 0              # the newest finished record's number (next since)
+    dropped: int = 0               # records after ``since`` the history bound let go
+    device: str = ""               # native: the PS device its control ops run on
+    upstream: str = ""             # proxy: the PS it forwards to
+
+    def to_json(self, steps: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "ps": self.ps, "backend": self.backend,
+            "schedule_version": self.schedule_version, "algorithm": self.algorithm,
+            "expected": self.expected, "window_bytes": self.window_bytes,
+            "active_steps": self.active_steps, "history": self.history,
+            "served_names": self.served_names, "totals": dict(self.totals)}
+        for key in ("pace_rate", "align", "conserve_after_s", "skip_after_s", "since"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.since is not None:
+            out["last_seq"], out["dropped"] = self.last_seq, self.dropped
+        for key in ("device", "upstream"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if steps:
+            out["steps"] = [s.to_json() for s in self.steps]
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], ps: str | None = None,
+                  backend: str | None = None) -> "GateStats":
+        """Reads a ``stats`` reply; ``ps`` and ``backend`` name the gate where the reply
+        does not (each step record gets the ``ps``)."""
+        f = lambda k: _field(d, k, "stats")  # noqa: E731
+        steps = f("steps")
+        if not isinstance(steps, list):
+            raise RecordError(f"stats 'steps' must be a list of step records, got "
+                              f"{type(steps).__name__}")
+        ps = ps if ps is not None else str(d.get("ps", ""))
+        version = f("schedule_version")
+        opt = lambda k, kind: None if d.get(k) is None else kind(d[k])  # noqa: E731
+        return cls(ps=ps, backend=backend if backend is not None else str(f("backend")),
+                   schedule_version=None if version is None else int(version),
+                   algorithm=f("algorithm"), expected=int(f("expected")),
+                   window_bytes=int(f("window_bytes")), active_steps=int(f("active_steps")),
+                   history=int(f("history")), served_names=int(f("served_names")),
+                   totals={str(k): int(v) for k, v in f("totals").items()},
+                   steps=tuple(GateStep.from_json(s, ps=ps) for s in steps),
+                   pace_rate=opt("pace_rate", float), align=opt("align", bool),
+                   conserve_after_s=opt("conserve_after_s", float),
+                   skip_after_s=opt("skip_after_s", float), since=opt("since", int),
+                   last_seq=int(d.get("last_seq", 0)), dropped=int(d.get("dropped", 0)),
+                   device=str(d.get("device") or ""), upstream=str(d.get("upstream") or ""))
+
+
 def served_sizes(record: GateStep) -> dict[str, int]:
     """Transfer name -> the bytes the PS served it with in one step record. A tensor
     sent over two edges comes twice under its node's name unless the installed order
@@ -213,13 +341,108 @@ def bytes_per_transfer(records: Iterable[GateStep], names: Iterable[str] | None 
     return {n: float(statistics.median(b)) for n, b in sorted(sizes.items())}
 
 
-def checked_steps(steps: Any) -> list[dict[str, Any]]:
-    """A gate's ``stats`` steps as the schema writes them: every record read through
-    :class:`GateStep` (a missing field is a :class:`RecordError` naming it)."""
-    if not isinstance(steps, list):
-        raise RecordError(f"stats 'steps' must be a list of step records, got "
-                          f"{type(steps).__name__}")
-    return [GateStep.from_json(s).to_json() for s in steps]
+@dataclasses.dataclass(frozen=True)
+class RatioSpread:
+    """Paired ratios median(TensorFlow's order) / median(TicTac's order) of an order
+    check (> 1: TicTac faster): how many pairs, their median and range."""
+
+    pairs: int
+    median: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, ratios: Iterable[float]) -> "RatioSpread":
+        ratios = list(ratios)
+        if not ratios:
+            return cls(0)
+        return cls(len(ratios), statistics.median(ratios), min(ratios), max(ratios))
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.pairs:
+            return {"pairs": 0}
+        return {"pairs": self.pairs, "ratio_median": self.median, "ratio_min": self.low,
+                "ratio_max": self.high}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RatioSpread":
+        pairs = int(_field(d, "pairs", "ratio spread"))
+        if not pairs:
+            return cls(0)
+        f = lambda k: float(_field(d, k, "ratio spread"))  # noqa: E731
+        return cls(pairs, f("ratio_median"), f("ratio_min"), f("ratio_max"))
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerCheck:
+    """One worker's pairs in an order check: their ratios, and the median step time in
+    each order over them (None: no pair)."""
+
+    spread: RatioSpread
+    default_median_step_time: float | None
+    tictac_median_step_time: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.spread.to_json() | {
+            "default_median_step_time": self.default_median_step_time,
+            "tictac_median_step_time": self.tictac_median_step_time}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "WorkerCheck":
+        return cls(RatioSpread.from_json(d), d.get("default_median_step_time"),
+                   d.get("tictac_median_step_time"))
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckBlock:
+    """A maximal run of one worker's steps in one order: its phase (SCHEDULED or
+    CHECK), median step time, and the step indices it covers."""
+
+    phase: int
+    median: float
+    steps: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """One order check's result (callbacks/order_check.py, ``decide``)."""
+
+    algorithm: str                  # the candidate the figures are about (the best)
+    rounds: int
+    block_steps: int
+    candidates: Mapping[str, RatioSpread]   # every candidate's pairs, all workers
+    rule: str                       # the decision rule, in words
+    workers: Mapping[str, WorkerCheck]      # the focused candidate, per worker
+    spread: RatioSpread             # the focused candidate, all workers
+    blocks: Mapping[str, tuple[CheckBlock, ...]]  # per worker, for TensorBoard
+    decision: str | None            # "tictac", "default", or None: no pair formed
+    chosen: str | None              # the kept candidate (None: TensorFlow's order)
+    reason: str = ""                # why there is no decision
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "algorithm": self.algorithm, "rounds": self.rounds,
+            "block_steps": self.block_steps,
+            "candidates": {c: s.to_json() for c, s in self.candidates.items()},
+            "rule": self.rule, "workers": {w: c.to_json() for w, c in self.workers.items()},
+            **self.spread.to_json(),
+            "blocks": {w: [[b.phase, b.median, list(b.steps)] for b in bs]
+                       for w, bs in self.blocks.items()},
+            "decision": self.decision, "chosen": self.chosen}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CheckResult":
+        f = lambda k: _field(d, k, "order check")  # noqa: E731
+        return cls(f("algorithm"), int(f("rounds")), int(f("block_steps")),
+                   {c: RatioSpread.from_json(s) for c, s in f("candidates").items()},
+                   f("rule"), {w: WorkerCheck.from_json(c) for w, c in f("workers").items()},
+                   RatioSpread.from_json(d),
+                   {w: tuple(CheckBlock(int(p), float(m), tuple(st)) for p, m, st in bs)
+                    for w, bs in f("blocks").items()},
+                   f("decision"), f("chosen"), str(d.get("reason", "")))
 
 
 @dataclasses.dataclass(frozen=True)

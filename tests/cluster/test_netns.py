@@ -183,7 +183,7 @@ _CLIENT = textwrap.dedent("""
     with tf.compat.v1.Session("grpc://" + worker, graph=g) as s:
         s.run(init)
         losses = [float(s.run([train, loss])[1]) for _ in range(3)]
-    steps = [st for st in connect(ps).stats()["steps"] if st["order"]]
+    steps = [st.to_json() for st in connect(ps).stats().steps if st.order]
     print(json.dumps({"losses": losses, "steps": len(steps),
                       "reads": sorted(steps[-1]["order"]) if steps else []}))
 """)
@@ -240,7 +240,7 @@ _COORDINATOR = textwrap.dedent("""
     results = [coordinator.schedule(step) for _ in range(4)]
     coordinator.join()
     print(json.dumps({"v0": float(v.numpy()[0]), "last": float(results[-1].fetch()),
-                      "rendezvous_steps": len(connect(ps).stats()["steps"])}))
+                      "rendezvous_steps": len(connect(ps).stats().steps)}))
 """)
 
 

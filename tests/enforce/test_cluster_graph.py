@@ -67,7 +67,7 @@ def cluster(request):
 
 
 def _steps(cluster):
-    return [s for s in connect(cluster.ps_addresses[0]).stats()["steps"] if s["order"]]
+    return [s.to_json() for s in connect(cluster.ps_addresses[0]).stats().steps if s.order]
 
 
 def test_training_is_identical_with_and_without_the_gate(cluster):
@@ -106,7 +106,7 @@ def test_order_without_and_with_a_schedule(cluster):
         # In-process the counter advances at the hand-back itself: no window, so the
         # default settings are the strict order checked above.
         assert connect(
-            cluster.ps_addresses[0]).stats()["window_bytes"] == 0
+            cluster.ps_addresses[0]).stats().window_bytes == 0
         return
     # The default window (these 1 KiB weights all fit in it): sent to the PS in
     # schedule order, the PS may answer those in flight together in any order.
@@ -141,15 +141,15 @@ def test_a_bypassed_native_gate_serves_as_a_plain_ps_and_records_nothing(cluster
             gate.ping()
         with pytest.raises(ScheduleError, match="bypass 0"):
             gate.install(Schedule.from_order("test", reads))
-        before = len(gate.stats()["steps"])
+        before = len(gate.stats().steps)
         losses, _ = train(cluster, False, 3)
         assert losses == direct_losses  # served, and the same training
-        assert len(gate.stats()["steps"]) == before  # through no gate
-        assert gate.stats()["schedule_version"] is None  # bypass cleared the order
+        assert len(gate.stats().steps) == before  # through no gate
+        assert gate.stats().schedule_version is None  # bypass cleared the order
     finally:
         assert gate.call("bypass", "0") == {"bypassed": False}
     train(cluster, False, 3)
-    assert len(gate.stats()["steps"]) > before and gate.ping()
+    assert len(gate.stats().steps) > before and gate.ping()
     with pytest.raises(ScheduleError, match="bypass takes 1"):
         gate.call("bypass", "yes")
 
@@ -199,7 +199,7 @@ def test_clear_errors(cluster, tmp_path):
 
 def _version(cluster):
     with connect(cluster.ps_addresses[0]) as c:
-        return c.stats(include_active=False).get("schedule_version")
+        return c.stats(include_active=False).schedule_version
 
 
 def test_an_unreachable_ps_refuses_the_install_before_any_ps_changes(cluster):

@@ -6,6 +6,7 @@ each scenario also states what it expects."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 
@@ -14,6 +15,7 @@ import pytest
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.tf.naming import parse_rendezvous_key, rendezvous_key_frame
+from tictac_hooks.records import GateStep, TransferRecord
 
 SKIP_S = 0.25
 SRC = "/job:ps/replica:0/task:0/device:CPU:0"
@@ -375,6 +377,30 @@ def gate_library():
         pytest.skip(f"no C++ toolchain for the native gate: {e}")
 
 
+def _fields_and_times_mean_one_thing(backend: str, raw: list[dict]) -> None:
+    """Each backend writes only the fields of records.py, and each time field means
+    the same on both: arrive <= release, ready <= handback (release: the gate let it go;
+    ready: the PS had the response; the native gate releases at the hand-back, the
+    Python gate releases the request before the PS produces the response)."""
+    step_keys = {f.name for f in dataclasses.fields(GateStep)}
+    transfer_keys = {f.name for f in dataclasses.fields(TransferRecord)}
+    for r in raw:
+        assert set(r) <= step_keys, (backend, set(r) - step_keys)
+        step = GateStep.from_json(r)
+        for t, d in zip(step.transfers, r["transfers"]):
+            assert set(d) <= transfer_keys, (backend, set(d) - transfer_keys)
+            if not t.handback:
+                continue
+            assert t.arrive <= t.release <= t.handback, (backend, d)
+            assert t.arrive <= t.ready <= t.handback, (backend, d)
+            if backend == "native":
+                assert t.release == t.handback  # it holds the response
+            else:
+                assert t.ready == t.handback  # its HEADERS come back: handed back
+            assert t.held_s >= 0 and t.ps_s >= 0
+            assert t.held_s + t.ps_s <= t.handback - t.arrive + 1e-9, (backend, d)
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.__name__)
 def test_both_gates_give_the_same_records(scenario, gate_library):
     results = {}
@@ -382,11 +408,13 @@ def test_both_gates_give_the_same_records(scenario, gate_library):
         try:
             check = scenario(driver)
             time.sleep(0.05)
-            records = normalized(driver.records())
+            raw = driver.records()
+            records = normalized(raw)
         finally:
             driver.close()
         assert records, f"{driver.name}: no records"
         assert check(records), f"{driver.name}: {records}"
+        _fields_and_times_mean_one_thing(driver.name, raw)
         results[driver.name] = (records, driver.handed)
     assert results["native"][0] == results["python"][0]
     assert results["native"][1] == results["python"][1]  # the same hand-back order

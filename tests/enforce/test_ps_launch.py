@@ -132,7 +132,7 @@ def test_ps_from_tf_config_serves_the_gate_and_tensorflow(launch, backend):
         with connect(public) as client:
             before = client.stats()
             assert client.backend == "native" and client.device == "/job:ps/replica:0/task:1"
-        assert before["ps"] == public and before["backend"] == "native"
+        assert before.ps == public and before.backend == "native"
     else:
         banner = re.search(r"tictac ps: ps:1 rendezvous on (\S+), TensorFlow server on (\S+)",
                            _log(ps_log))
@@ -142,8 +142,8 @@ def test_ps_from_tf_config_serves_the_gate_and_tensorflow(launch, backend):
         assert private != public and private not in cluster["ps"]
         with RendezvousClient(public) as client:
             before = client.stats()
-        assert before["ps"] == public and before["upstream"] == private
-    assert not any(s["order"] for s in before["steps"])  # nothing served yet
+        assert before.ps == public and before.upstream == private
+    assert not any(s.order for s in before.steps)  # nothing served yet
 
     # (b) A real TensorFlow worker reads a variable placed on that PS, in graph mode.
     _wait_for("tictac server --tf-config", lambda: _grpc_answers(cluster["worker"][0]),
@@ -169,9 +169,9 @@ def test_ps_from_tf_config_serves_the_gate_and_tensorflow(launch, backend):
     with connect(public) as client:
         after = client.stats()
         served = client.served_names()
-    steps = [s for s in after["steps"] if s["order"]]
+    steps = [s for s in after.steps if s.order]
     assert steps, after
-    assert sum(s["bytes"] for s in steps) >= value.nbytes, steps
+    assert sum(s.bytes for s in steps) >= value.nbytes, steps
     assert any("ReadVariableOp" in n for n in served), served
     assert ps.poll() is None and worker.poll() is None
 
@@ -427,4 +427,4 @@ def test_a_native_ps_uses_the_one_default_skip_bound(launch):
     address = cluster["ps"][0]
     _wait_for("tictac ps", lambda: _rendezvous_answers(address, "native"), ps, ps_log)
     with connect(address, backend="native") as client:
-        assert client.stats()["skip_after_s"] == DEFAULT_SKIP_AFTER_S == 2.0
+        assert client.stats().skip_after_s == DEFAULT_SKIP_AFTER_S == 2.0

@@ -239,12 +239,12 @@ def test_bytes_reach_both_ends_unchanged_and_in_order(upstream, seed, big):
         got = c.peer.wait_len(len(EMPTY_SETTINGS) + len(reply))
         assert got == EMPTY_SETTINGS + reply
         stats = rv.call(lambda: rv.rendezvous.stats())
-        [rec] = stats["steps"]
-        assert rec["step_id"] == 5 and rec["worker"] == DEST
-        assert sorted(rec["order"]) == ["a", "b"]
-        by_name = {t["name"]: t for t in rec["transfers"]}
-        assert by_name["a"]["bytes"] == big and by_name["b"]["bytes"] == len(b"tensor")
-        assert stats["totals"] == {"pass": 2}
+        [rec] = stats.steps
+        assert rec.step_id == 5 and rec.worker == DEST
+        assert sorted(rec.order) == ["a", "b"]
+        by_name = {t.name: t for t in rec.transfers}
+        assert by_name["a"].bytes == big and by_name["b"].bytes == len(b"tensor")
+        assert stats.totals == {"pass": 2}
     finally:
         rv.stop()
 
@@ -306,7 +306,7 @@ def test_recv_tensor_data_waits_for_its_turn_and_headers_never_wait(upstream):
         up.sock.sendall(frame(HEADERS, END_HEADERS | END_STREAM, 1, status))
 
         def rec():
-            return rv.rendezvous.stats()["steps"][0]
+            return rv.rendezvous.stats().steps[0].to_json()
         deadline = time.time() + 5
         while rv.call(rec)["order"] != ["a", "b"] and time.time() < deadline:
             time.sleep(0.01)
@@ -347,7 +347,7 @@ def test_a_reset_request_is_abandoned_and_a_closed_ps_hands_back_with_an_error(u
         assert c.peer.wait(lambda p: p.eof)
 
         def rec():
-            return rv.rendezvous.stats()["steps"][0]
+            return rv.rendezvous.stats().steps[0].to_json()
         deadline = time.time() + 5
         while len(rv.call(rec)["order"]) < 2 and time.time() < deadline:
             time.sleep(0.01)
@@ -363,7 +363,7 @@ def test_control_calls_are_routed_to_the_control_service(upstream):
     rv = start(upstream.address)
     try:
         with RendezvousClient(rv.address, timeout_s=10) as client:
-            assert client.ping() and client.stats()["upstream"] == upstream.address
+            assert client.ping() and client.stats().upstream == upstream.address
         time.sleep(0.1)
         assert not upstream.conns
     finally:
@@ -414,7 +414,7 @@ def test_a_client_that_goes_away_abandons_its_held_requests(upstream):
         assert up.wait(lambda p: p.eof), "the upstream connection stays open"
         assert not _h(frames(bytes(up.data[len(PREFACE):])), DATA, 1)
         assert rv.call(lambda: len(rv.rendezvous.connections)) == 0
-        rec = rv.call(lambda: rv.rendezvous.stats()["steps"][0])
+        rec = rv.call(lambda: rv.rendezvous.stats().steps[0].to_json())
         assert rec["order"] == [] and [s["reason"] for s in rec["skipped"]] == ["cancelled"]
     finally:
         rv.stop()

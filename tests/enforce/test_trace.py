@@ -14,6 +14,11 @@ from tictac_hooks.enforce import gate as gate_mod
 from tictac_hooks.enforce import trace
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.records import GateStep
+
+
+def _records(stats):
+    return [GateStep.from_json(s) for s in stats["steps"]]
 
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
@@ -129,7 +134,7 @@ def _check_layout(stats, out):
 
 def test_overlapping_transfers_get_disjoint_lanes_and_each_appears_once():
     stats = _stats()
-    out = trace.chrome_trace(stats)
+    out = trace.chrome_trace(_records(stats))
     tracks, names = _check_layout(stats, out)
     # Lanes per channel: the most transfers in flight at once. ps0 / W0: a, b, c, f at
     # 0.004-0.005 s (also b, d, f with e at 0.011 s; d, f and step 2's a, b at 0.016 s).
@@ -161,7 +166,7 @@ def test_overlapping_transfers_get_disjoint_lanes_and_each_appears_once():
 
 
 def test_categories_are_the_documented_ones_and_the_gates_states():
-    out = trace.chrome_trace(_stats())
+    out = trace.chrome_trace(_records(_stats()))
     cats = {e["cat"] for e in out["traceEvents"] if e["ph"] != "M"}
     assert cats == set(trace.CATEGORIES)
     assert set(trace.CATEGORIES) == {"listed", "pass", "late", "unexpected", "duplicate",
@@ -225,10 +230,46 @@ def test_a_real_gate_record_exports_without_overlaps(tmp_path):
         return gate.records()
 
     records = asyncio.run(main())
-    stats = {"ps": "ps0:1", "steps": records}  # one PS's stats (tictac trace of one PS)
     path = tmp_path / "tictac_transfers.trace.json"
-    trace.write_chrome_trace(stats, path)
+    trace.write_chrome_trace([GateStep.from_json(r, ps="ps0:1") for r in records], path)
     out = json.loads(path.read_text())
     _check_layout({"steps": [dict(r, ps="ps0:1") for r in records]}, out)
     cats = {e["cat"] for e in out["traceEvents"] if e["ph"] == "X"}
     assert {"listed", "pass", "step"} <= cats
+
+
+def test_a_streamed_trace_is_the_same_timeline_with_bounded_lanes(tmp_path):
+    """Records written as they are read (finish order, several reads) give the same
+    slices as the trace written at once, and a lane forgets slices past its horizon."""
+    steps = _records(_stats())
+    at_once = trace.chrome_trace(steps)
+    path = tmp_path / "streamed.trace.json"
+    with open(path, "w") as f, trace.TraceWriter(f) as writer:
+        for i in range(0, len(steps), 2):  # two records per read
+            writer.add(sorted(steps[i:i + 2], key=lambda s: s.end))
+    streamed = json.loads(path.read_text())
+    _check_layout(_stats(), streamed)
+    # The same slices, shifted by the difference of the origins.
+    shift = round((streamed["otherData"]["origin_unix_s"]
+                   - at_once["otherData"]["origin_unix_s"]) * 1e6)
+
+    def slices(out, dt=0):
+        return sorted((e["name"], e["cat"], e["ts"] + dt, e.get("dur", 0)) for e in out["traceEvents"]
+                      if e["ph"] in ("X", "i"))
+    assert slices(streamed, shift) == slices(at_once)
+
+    # 10,000 steps one after the other, one minute apart: the lanes keep only what is
+    # within the horizon, and one lane serves them all.
+    far = []
+    for k in range(10_000):
+        t0 = T0 + 60.0 * k
+        far.append(GateStep.from_json(_step("ps0:1", W0, k, [
+            _transfer("a", "pass", 60.0 * k, 60.0 * k + 0.5)]), ps="ps0:1"))
+    with open(tmp_path / "long.trace.json", "w") as f, trace.TraceWriter(f) as writer:
+        for step in far:
+            writer.add([step])
+        kept = sum(len(spans) for lanes in writer._lanes.values() for _, spans in lanes)
+        assert writer.records == 10_000
+        assert len(writer._lanes[("ps0:1", W0, "lanes")]) == 1
+        assert kept <= 2 * (trace.LANE_HORIZON_S / 60.0 + 2)
+    assert len(json.loads((tmp_path / "long.trace.json").read_text())["traceEvents"]) > 20_000

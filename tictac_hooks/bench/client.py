@@ -244,14 +244,13 @@ def _order_check(cfg: dict, r: "Runner", controller: Any) -> CheckSummary:
         if len(controller.check_results) > before:
             break
     controller.suspend()
-    # the controller's check result: still a dict (to become a CheckResult record)
     result = controller.check_result if len(controller.check_results) > before else None
     if result is None:
         raise RuntimeError("the order check of schedule 'checked' reached no decision")
-    info = CheckSummary(decision=result["decision"], kept=controller.kept_order,
+    info = CheckSummary(decision=result.decision, kept=controller.kept_order,
                         seconds=time.time() - t0, steps=controller.check.total_steps,
-                        candidates={c: spread.get("ratio_median")
-                                    for c, spread in result["candidates"].items()})
+                        candidates={c: spread.median
+                                    for c, spread in result.candidates.items()})
     ratios = ", ".join(f"{c.upper()} {(v - 1) * 100:+.1f} %" for c, v in
                        info.candidates.items() if v is not None)
     _progress(cfg, f"order check ({info.steps} steps, {info.seconds:.0f} s): {ratios} "

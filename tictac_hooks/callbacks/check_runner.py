@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.planner import Parts
-from tictac_hooks.records import PROFILING, WorkerStep
+from tictac_hooks.records import PROFILING, CheckResult, WorkerStep
 
 log = logging.getLogger("tictac")
 
@@ -46,7 +46,7 @@ class CheckRunner:
                  algorithm: Callable[[], str], install: Callable[[Parts], None],
                  clear: Callable[[], None], poll: Callable[[], Any],
                  mark_pause: Callable[[float, float], None], say: Callable[[str], None],
-                 on_result: "Callable[[dict[str, Any]], None] | None" = None) -> None:
+                 on_result: "Callable[[CheckResult], None] | None" = None) -> None:
         self.plan = plan
         self.recheck_every = recheck_every
         self.installs = installs
@@ -58,7 +58,7 @@ class CheckRunner:
         self._mark_pause = mark_pause
         self._say = say
         self._on_result = on_result
-        self.results: list[dict[str, Any]] = []  # every check's result, in order
+        self.results: list[CheckResult] = []  # every check's result, in order
         self.n = -1  # steps dispatched since the running check began; -1: none
         self._since_decision = 0  # steps dispatched since the last check's decision
         self._after_switch: list[WorkerStep] = []  # records the check reads (bounded)
@@ -122,7 +122,7 @@ class CheckRunner:
         return self.decided
 
     @property
-    def check_result(self) -> dict[str, Any] | None:
+    def check_result(self) -> CheckResult | None:
         """The last order check's result (None before the first decision)."""
         return self.results[-1] if self.results else None
 
@@ -176,27 +176,27 @@ class CheckRunner:
         self.results.append(result)
         self._after_switch = []
         self.n, self._since_decision = -1, 0
-        if result["decision"] == order_check.TICTAC:
-            self.decided = result["chosen"]
-        elif result["decision"] == order_check.DEFAULT:
+        if result.decision == order_check.TICTAC:
+            self.decided = result.chosen
+        elif result.decision == order_check.DEFAULT:
             self.decided = None
         self.want = self.decided  # inconclusive: the order before the check stays
         self._apply()
         self._mark_pause(pause_start, time.time())
-        if result["decision"] is None:
+        if result.decision is None:
             kept = self.decided.upper() + " order" if self.decided else "TensorFlow's order"
-            self._say(f"order check inconclusive ({result['reason']}); {kept} kept")
+            self._say(f"order check inconclusive ({result.reason}); {kept} kept")
         else:
-            gain = (result["ratio_median"] - 1) * 100
+            spread = result.spread
+            gain = (spread.median - 1) * 100
             others = "".join(
-                f"; {c.upper()} {(spread['ratio_median'] - 1) * 100:+.1f} %"
-                for c, spread in result["candidates"].items()
-                if c != result["algorithm"] and spread.get("pairs"))
-            self._say(f"order check: {result['algorithm'].upper()} order "
+                f"; {c.upper()} {(s.median - 1) * 100:+.1f} %"
+                for c, s in result.candidates.items() if c != result.algorithm and s.pairs)
+            self._say(f"order check: {result.algorithm.upper()} order "
                       f"{gain:+.1f} % throughput vs TensorFlow's (median of "
-                      f"{result['pairs']} block pairs, range "
-                      f"{(result['ratio_min'] - 1) * 100:+.1f} to "
-                      f"{(result['ratio_max'] - 1) * 100:+.1f} %{others}): "
+                      f"{spread.pairs} block pairs, range "
+                      f"{(spread.low - 1) * 100:+.1f} to "
+                      f"{(spread.high - 1) * 100:+.1f} %{others}): "
                       + ("kept" if self.decided else "cleared, TensorFlow's order kept"))
         if self._on_result is not None:
             self._on_result(result)

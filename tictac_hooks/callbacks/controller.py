@@ -31,7 +31,7 @@ from tictac_hooks.callbacks.tensorboard import StepTimeWriter
 from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
-from tictac_hooks.records import WorkerStep
+from tictac_hooks.records import CheckResult, WorkerStep
 
 log = logging.getLogger("tictac")
 
@@ -95,6 +95,7 @@ class Controller:
         # Reading the PSes' records: one cursor (a client per PS), a thread of its own,
         # one lock for everything the reads change (step log, check records, writer).
         self.cursor: Any = None
+        self._timeline: "reading.TransferTimeline | None" = None
         self._reading: reading.ReadingThread | None = None
         self._lock = threading.RLock()
         self.dispatched = 0  # training steps the loop dispatched
@@ -109,7 +110,7 @@ class Controller:
         return self.runner.plan
 
     @property
-    def check_results(self) -> list[dict[str, Any]]:
+    def check_results(self) -> list[CheckResult]:
         """Every check's result, in order."""
         return self.runner.results
 
@@ -124,7 +125,7 @@ class Controller:
         return self.runner.kept_order
 
     @property
-    def check_result(self) -> dict[str, Any] | None:
+    def check_result(self) -> CheckResult | None:
         """The last order check's result (None before the first decision)."""
         return self.runner.check_result
 
@@ -133,9 +134,9 @@ class Controller:
         blocks and decision (CheckRunner.step_dispatched)."""
         self.runner.step_dispatched()
 
-    def _decided_on(self, result: dict[str, Any]) -> None:
+    def _decided_on(self, result: CheckResult) -> None:
         """A check decided (CheckRunner's on_result): the schedule is the kept order."""
-        if result["decision"] == order_check.TICTAC:
+        if result.decision == order_check.TICTAC:
             self.schedule = planner.merged(self.runner.candidates[self.runner.decided])
         if self._writer:
             self._writer.choice(result)
@@ -163,6 +164,8 @@ class Controller:
         from tictac_hooks.enforce.cursor import RecordCursor
         self.cursor = RecordCursor(self.ps_addresses)
         self.cursor.start()
+        if self.settings.log_dir and self._timeline is None:
+            self._timeline = reading.TransferTimeline(self.settings.log_dir)
         if self.installs:
             self.say(f"profiling {self.settings.profile_steps} steps in TensorFlow's own "
                      f"transfer order ({len(self.ps_addresses)} PS reached)")
@@ -210,6 +213,8 @@ class Controller:
                             "history bound); the steps lost are counted as gaps",
                             ", ".join(f"{ps}: {n}" for ps, n in lost.items()))
             self.steplog.add(read.steps)
+            if self._timeline is not None:
+                self._timeline.add(read.steps, final=everything)
             if everything:
                 self._find_lost_workers()
             records = self.steplog.finalize(self._paused_within, self._efficiency,
@@ -448,13 +453,15 @@ class Controller:
         if hook is not None:
             summary["hook"] = dict(hook)
         if self.check_results:
-            results = [{k: v for k, v in r.items() if k != "blocks"}
+            results = [{k: v for k, v in r.to_json().items() if k != "blocks"}
                        for r in self.check_results]
             summary["check"] = results[-1]
             if len(results) > 1:
                 summary["checks"] = results
         if self.settings.log_dir:
-            reading.write_logs(self.settings.log_dir, self.ps_addresses, summary)
+            reading.write_logs(self.settings.log_dir, summary)
+        if self._timeline is not None:
+            self._timeline.close()
         if self._writer:
             self._writer.close()
         self.cursor.close()

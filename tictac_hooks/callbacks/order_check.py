@@ -28,7 +28,8 @@ import statistics
 from typing import Any, Iterable, Sequence
 
 from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
-from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
+from tictac_hooks.records import (CHECK, SCHEDULED, CheckBlock, CheckResult, RatioSpread,
+                                  WorkerCheck, WorkerStep)
 
 TICTAC, DEFAULT = "tictac", "default"
 
@@ -137,7 +138,7 @@ def _candidate_pairs(runs: dict[str, list[tuple[int, float, int, list[int], str 
     return out
 
 
-def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> dict[str, Any]:
+def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> CheckResult:
     """The check's result: per candidate, per worker and overall, the paired ratios'
     median and range, and the decision by the module's rule (``decision`` TICTAC or
     DEFAULT, ``chosen`` the kept candidate). ``decision`` is None when no pair could be
@@ -150,35 +151,26 @@ def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> di
     best = max(ratios, key=lambda c: statistics.median(ratios[c]), default=None)
     focus = best or algorithm
     mine = pairs.get(focus, {})
-    result: dict[str, Any] = {
-        "algorithm": focus, "rounds": plan.rounds, "block_steps": plan.block_steps,
-        "candidates": {c: _spread(rs) for c, rs in sorted(ratios.items())},
-        "rule": "keep the candidate order with the largest median paired ratio "
-                "median(TensorFlow order) / median(TicTac order) when it is >= 1, "
-                "else TensorFlow's order",
-        "workers": {w: _spread([d / t for t, d in ps]) | {
-            "default_median_step_time": _median([d for _, d in ps]),
-            "tictac_median_step_time": _median([t for t, _ in ps])}
-            for w, ps in sorted(mine.items())},
-        **_spread(ratios.get(focus, [])),
-        # worker -> [(phase, median, [step indices])]: the blocks, for TensorBoard
-        "blocks": {w: [(p, m, steps) for p, m, _, steps, _ in rs] for w, rs in runs.items()},
-    }
     if best is None:
-        result["decision"], result["chosen"] = None, None
-        result["reason"] = "no (TicTac, TensorFlow) block pair reached the PS"
+        decision, chosen = None, None
     elif statistics.median(ratios[best]) >= 1.0:
-        result["decision"], result["chosen"] = TICTAC, best
+        decision, chosen = TICTAC, best
     else:
-        result["decision"], result["chosen"] = DEFAULT, None
-    return result
-
-
-def _spread(ratios: Sequence[float]) -> dict[str, Any]:
-    if not ratios:
-        return {"pairs": 0}
-    return {"pairs": len(ratios), "ratio_median": statistics.median(ratios),
-            "ratio_min": min(ratios), "ratio_max": max(ratios)}
+        decision, chosen = DEFAULT, None
+    return CheckResult(
+        algorithm=focus, rounds=plan.rounds, block_steps=plan.block_steps,
+        candidates={c: RatioSpread.of(rs) for c, rs in sorted(ratios.items())},
+        rule="keep the candidate order with the largest median paired ratio "
+             "median(TensorFlow order) / median(TicTac order) when it is >= 1, "
+             "else TensorFlow's order",
+        workers={w: WorkerCheck(RatioSpread.of(d / t for t, d in ps),
+                                _median([d for _, d in ps]), _median([t for t, _ in ps]))
+                 for w, ps in sorted(mine.items())},
+        spread=RatioSpread.of(ratios.get(focus, [])),
+        blocks={w: tuple(CheckBlock(p, m, tuple(steps)) for p, m, _, steps, _ in rs)
+                for w, rs in runs.items()},
+        decision=decision, chosen=chosen,
+        reason="" if best is not None else "no (TicTac, TensorFlow) block pair reached the PS")
 
 
 def _median(xs: Sequence[float]) -> float | None:

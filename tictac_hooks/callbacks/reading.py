@@ -8,11 +8,12 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tictac_hooks.callbacks.cluster_spec import task_answers
 from tictac_hooks.callbacks.steplog import StepLog
 from tictac_hooks.graph.tf.naming import task_of
+from tictac_hooks.records import GateStep
 
 log = logging.getLogger("tictac")
 
@@ -196,13 +197,36 @@ def wait_for_profiled_records(poll: Callable[[], Any], steplog: StepLog,
         time.sleep(0.05)
 
 
-def write_logs(log_dir: str, ps_addresses: Sequence[str], summary: Mapping[str, Any]) -> None:
-    """Writes the transfer timeline (every PS's records, tictac_transfers.trace.json)
-    and ``summary`` (tictac_summary.json) to ``log_dir``, next to the event files."""
-    from tictac_hooks.enforce.client import stats_everywhere
-    from tictac_hooks.enforce.trace import write_chrome_trace
+TIMELINE_FILE = "tictac_transfers.trace.json"
+
+
+class TransferTimeline:
+    """The transfer timeline (``tictac_transfers.trace.json`` in ``log_dir``), written
+    from the step records as the cursor reads them (enforce/trace.py,
+    :class:`~tictac_hooks.enforce.trace.TraceWriter`): memory stays bounded however
+    long training runs, and nothing is fetched a second time at the end."""
+
+    def __init__(self, log_dir: str) -> None:
+        from tictac_hooks.enforce.trace import TraceWriter
+        os.makedirs(log_dir, exist_ok=True)
+        self._file = open(os.path.join(log_dir, TIMELINE_FILE), "w")
+        self._writer = TraceWriter(self._file)
+
+    def add(self, steps: Iterable[GateStep], final: bool = False) -> None:
+        """Writes the finished records of a read (an active one comes again, finished,
+        in a later read); ``final``: the last read, whose active records never will."""
+        self._writer.add(s for s in steps if final or s.seq)
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self._writer.close()
+        self._file.close()
+
+
+def write_logs(log_dir: str, summary: Mapping[str, Any]) -> None:
+    """Writes ``summary`` (tictac_summary.json) to ``log_dir``, next to the event files
+    and the transfer timeline."""
     os.makedirs(log_dir, exist_ok=True)
-    write_chrome_trace(stats_everywhere(ps_addresses),
-                       os.path.join(log_dir, "tictac_transfers.trace.json"))
     with open(os.path.join(log_dir, "tictac_summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

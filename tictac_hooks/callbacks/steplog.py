@@ -26,7 +26,7 @@ import dataclasses
 import statistics
 from typing import Any, Callable, Iterable
 
-from tictac_hooks.records import (CHECK, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
+from tictac_hooks.records import (CHECK, LISTED, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
                                   WorkerStep, bytes_per_transfer)
 
 _KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
@@ -90,7 +90,7 @@ class _Pending:
         for r in self.per_ps.values():
             if r.skips or r.violations:
                 return False
-            listed = [t for t in r.transfers if t.state == "listed" and t.priority >= 0]
+            listed = [t for t in r.transfers if t.state == LISTED and t.priority >= 0]
             listed.sort(key=lambda t: t.release_seq)  # stable: hand-back order
             last = -1
             for t in listed:

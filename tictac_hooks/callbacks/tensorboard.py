@@ -29,7 +29,7 @@ import os
 import re
 from typing import Any, Iterable
 
-from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
+from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, CheckResult, WorkerStep
 
 def worker_run_name(device: str) -> str:
     """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``worker_1``."""
@@ -145,27 +145,27 @@ class StepTimeWriter:
                              "from this step on")
         self._coverage = coverage_bytes
 
-    def choice(self, result: dict[str, Any]) -> None:
+    def choice(self, result: CheckResult) -> None:
         """The order check's decision: tictac/choice and a text note in every worker's
         run, at its last step written."""
         import time
-        keep = result.get("decision") != "default"
-        ratio = result.get("ratio_median")
-        note = (f"order check ({result.get('pairs', 0)} block pairs): "
+        keep = result.decision != "default"
+        ratio = result.spread.median
+        note = (f"order check ({result.spread.pairs} block pairs): "
                 + (f"median ratio TensorFlow/TicTac step time {ratio:.3f}; " if ratio else "")
-                + (f"TicTac's {str(result.get('chosen') or result.get('algorithm')).upper()} "
+                + (f"TicTac's {str(result.chosen or result.algorithm).upper()} "
                    "order kept" if keep else "TensorFlow's order kept"))
         for run, step in sorted(self._last_step.items()):
             self._scalars(run, step, time.time(), {"tictac/choice": 1.0 if keep else 0.0})
             self.text("tictac/check", note, run=run, step=step)
         # Each block's median step time at every step of the block, per order: flat
         # segments, one colour per order, where the difference is plain to see.
-        for worker, blocks in (result.get("blocks") or {}).items():
+        for worker, blocks in result.blocks.items():
             run = worker_run_name(worker)
-            for phase, median, steps in blocks:
-                for step in steps:
-                    self._scalars(ORDER_RUNS[phase], step, time.time(),
-                                  {f"tictac/block_step_time/{run}": median})
+            for block in blocks:
+                for step in block.steps:
+                    self._scalars(ORDER_RUNS[block.phase], step, time.time(),
+                                  {f"tictac/block_step_time/{run}": block.median})
         self.flush()
 
     def text(self, tag: str, text: str, run: str, step: int = 0) -> None:

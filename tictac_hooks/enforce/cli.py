@@ -287,7 +287,10 @@ def _clear(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from tictac_hooks.enforce.client import stats_everywhere
 
-    json.dump(stats_everywhere(args.ps, timeout_s=args.timeout), sys.stdout, indent=1)
+    every = stats_everywhere(args.ps, timeout_s=args.timeout)
+    json.dump({"ps": {s.ps: s.to_json(steps=False) for s in every},
+               "steps": [step.to_json() for s in every for step in s.steps]},
+              sys.stdout, indent=1)
     print()
     return 0
 
@@ -296,7 +299,8 @@ def _trace(args: argparse.Namespace) -> int:
     from tictac_hooks.enforce.client import stats_everywhere
     from tictac_hooks.enforce.trace import write_chrome_trace
 
-    write_chrome_trace(stats_everywhere(args.ps, timeout_s=args.timeout), args.output)
+    write_chrome_trace([step for s in stats_everywhere(args.ps, timeout_s=args.timeout)
+                        for step in s.steps], args.output)
     return 0
 
 

@@ -26,7 +26,7 @@ from tictac_hooks.enforce.api import (BACKENDS, GateClient, GateError, Unhonoure
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.proxy import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
-from tictac_hooks.records import GateStep, checked_steps
+from tictac_hooks.records import GateStats, GateStep
 
 
 # The interface both backends' clients implement is in enforce/api.py; the old name of
@@ -105,18 +105,15 @@ class RendezvousClient(GateClient):
         """Removes the schedule; returns the new version number."""
         return int(self._call("Clear")["version"])
 
-    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
-        """Totals plus ``steps``: one record per (step_id, worker), oldest first, each
-        with ``order`` (names in hand-back order), ``transfers`` (name, state, priority,
-        bytes, arrive/ready/handback wall-clock times), ``skipped``, ``violations``,
-        ``unlisted``, ``start``/``end``. With ``since``: only the records finished after
-        record number ``since``, with ``last_seq`` and ``dropped`` (Gate.read)."""
+    def stats(self, include_active: bool = True, since: int | None = None) -> GateStats:
+        """The gate's settings, counters and step records
+        (:class:`~tictac_hooks.records.GateStats`); with ``since``, only the records
+        finished after record number ``since`` (Gate.read)."""
         body: dict[str, Any] = {"include_active": include_active}
         if since is not None:
             body["since"] = since
-        stats = self._call("Stats", body)
-        stats["steps"] = checked_steps(stats.get("steps"))  # the schema of records.py
-        return stats
+        return GateStats.from_json(self._call("Stats", body), ps=self.address,
+                                   backend="proxy")
 
     def served_names(self) -> list[str]:
         """Every transfer name this PS has served (what a schedule can name)."""
@@ -247,20 +244,17 @@ def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> None:
             client.clear()
 
 
-def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> dict[str, Any]:
-    """Stats of every PS, merged: ``{"ps": {address: summary}, "steps": [...]}`` with
-    each step record naming its ``ps``."""
-    merged: dict[str, Any] = {"ps": {}, "steps": []}
+def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> list[GateStats]:
+    """Every PS's stats, in the order of ``addresses`` (each step record names its
+    ``ps``)."""
+    out = []
     for address in addresses:
         with connect(address, timeout_s) as client:
-            stats = client.stats()
-        steps = stats.pop("steps")
-        merged["ps"][address] = stats
-        merged["steps"] += [dict(s, ps=address) for s in steps]
-    return merged
+            out.append(client.stats())
+    return out
 
 
 def steps_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> list[GateStep]:
     """Every PS's step records (:class:`~tictac_hooks.records.GateStep`, each naming
     its ``ps``), PS by PS, oldest first."""
-    return [GateStep.from_json(s) for s in stats_everywhere(addresses, timeout_s)["steps"]]
+    return [s for stats in stats_everywhere(addresses, timeout_s) for s in stats.steps]

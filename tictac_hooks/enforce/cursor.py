@@ -22,7 +22,7 @@ import threading
 from typing import Callable, Sequence
 
 from tictac_hooks.enforce.api import GateClient, GateError
-from tictac_hooks.records import GateStep
+from tictac_hooks.records import GateStats, GateStep
 
 log = logging.getLogger("tictac")
 
@@ -73,7 +73,7 @@ class RecordCursor:
             client = self._clients[address] = self._connect(address, self.timeout_s)
         return client
 
-    def _stats(self, address: str, include_active: bool, since: int) -> dict:
+    def _stats(self, address: str, include_active: bool, since: int) -> GateStats:
         try:
             return self._client(address).stats(include_active, since=since)
         except GateError:
@@ -86,7 +86,7 @@ class RecordCursor:
         """Skips every record finished before now (an earlier run's)."""
         with self._lock:
             for address in self.addresses:
-                self._since[address] = int(self._stats(address, False, TAIL)["last_seq"])
+                self._since[address] = self._stats(address, False, TAIL).last_seq
 
     def read(self, include_active: bool = False) -> CursorRead:
         """The records finished since the last read, at every PS (and the active ones,
@@ -98,18 +98,17 @@ class RecordCursor:
             for address in self.addresses:
                 since = self._since[address]
                 reply = self._stats(address, include_active, since)
-                if int(reply["last_seq"]) < since:
+                if reply.last_seq < since:
                     # The gate numbers from 1 again: the PS was restarted.
                     self.restarts[address] += 1
                     log.warning("TicTac: the PS at %s numbers its step records from 1 "
                                 "again (restarted?); reading all it holds", address)
                     since = 0
                     reply = self._stats(address, include_active, since)
-                self._since[address] = int(reply["last_seq"])
-                dropped[address] = int(reply["dropped"])
+                self._since[address] = reply.last_seq
+                dropped[address] = reply.dropped
                 self.dropped[address] += dropped[address]
-                for s in reply["steps"]:
-                    step = GateStep.from_json(s, ps=address)
+                for step in reply.steps:
                     if step.seq:
                         self.read_records[address] += 1
                     else:

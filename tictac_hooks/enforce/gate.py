@@ -38,14 +38,11 @@ from typing import Any, Callable
 from tictac_hooks import checks
 from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.records import GateStep, SkipRecord, TransferRecord
+from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, LATE, LISTED, PASS, SLOW,
+                                  TIMEOUT, UNEXPECTED, GateStats, GateStep, SkipRecord,
+                                  TransferRecord)
 
-# Ticket.state values.
-PASS = "pass"          # not listed: straight through
-LISTED = "listed"      # listed and expected here: waits for its turn
-LATE = "late"          # listed, but its slot was already skipped: straight through
-UNEXPECTED = "unexpected"  # listed, but not a transfer this PS served when installed
-DUPLICATE = "duplicate"    # a second transfer of the same name in one step
+# Ticket.state values: records.STATES (PASS, LISTED, LATE, UNEXPECTED, DUPLICATE).
 
 DEFAULT_WINDOW_BYTES = 1 << 20  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
 
@@ -209,10 +206,12 @@ class _Channel:
             schedule_version=self.installed.version if self.installed else None,
             algorithm=self.installed.algorithm if self.installed else None,
             complete=self.finished, order=tuple(t.name for t in handed),
+            # This gate holds the request: the response is ready when its first
+            # HEADERS frame comes back, which is also when it is handed back.
             transfers=tuple(TransferRecord(t.name, t.state, t.priority, t.nbytes,
                                            t.t_arrive, t.t_release, t.rseq, t.t_handback,
                                            t.error, t.tensor if named[t.name] > 1 else "",
-                                           t.dead)
+                                           t.dead, ready=t.t_handback)
                             for t in handed),
             bytes=sum(t.nbytes for t in handed),
             start=min((t.t_arrive for t in handed), default=self.t_first),
@@ -402,7 +401,7 @@ class Gate:
         channel.inflight -= ticket.charge
         ticket.charge = 0
         if ticket.state == LISTED and ticket.name not in channel.done:
-            self._skip(channel, ticket.name, "cancelled")
+            self._skip(channel, ticket.name, CANCELLED)
             self._pump(channel)
 
     # -- stats -----------------------------------------------------------------------
@@ -431,10 +430,29 @@ class Gate:
         ``since``) and ``dropped``: records after ``since`` that the history bound let go
         before this read. The wire format of ``stats`` with ``since`` (both gates)."""
         since = checks.whole_number("since", since, 0)
-        oldest = self._history[0].seq if self._history else self._last_seq + 1
         return {"since": since, "last_seq": self._last_seq,
-                "dropped": max(0, oldest - 1 - since),
+                "dropped": self._dropped_after(since),
                 "steps": [r.to_json() for r in self.steps(include_active, since)]}
+
+    def stats(self, include_active: bool = True, since: int | None = None, ps: str = "",
+              backend: str = "inprocess", upstream: str = "") -> GateStats:
+        """What ``stats`` answers (:class:`~tictac_hooks.records.GateStats`): the
+        summary and every record held, or with ``since`` a cursor's read
+        (:meth:`read`)."""
+        summary = self.summary()
+        if since is None:
+            steps, last_seq, dropped = self.steps(include_active), self._last_seq, 0
+        else:
+            since = checks.whole_number("since", since, 0)
+            steps = self.steps(include_active, since)
+            last_seq, dropped = self._last_seq, self._dropped_after(since)
+        return GateStats(ps=ps, backend=backend, steps=tuple(steps), since=since,
+                         last_seq=last_seq, dropped=dropped, upstream=upstream, **summary)
+
+    def _dropped_after(self, since: int) -> int:
+        """Records after number ``since`` that the history bound let go."""
+        oldest = self._history[0].seq if self._history else self._last_seq + 1
+        return max(0, oldest - 1 - since)
 
     def summary(self) -> dict[str, Any]:
         return {"schedule_version": self.schedule_version,
@@ -514,7 +532,7 @@ class Gate:
         channel.counter += 1
         channel.skipped.append((name, reason, self.clock()))
         self.totals["skipped"] += 1
-        if name not in channel.arrived and reason != "cancelled":
+        if name not in channel.arrived and reason != CANCELLED:
             self._absent_streak[name] = self._absent_streak.get(name, 0) + 1
 
     def _pump(self, channel: _Channel) -> None:
@@ -533,7 +551,7 @@ class Gate:
             if (blocker is None or blocker in channel.arrived
                     or self._absent_streak.get(blocker, 0) < self.presume_absent_after):
                 break
-            self._skip(channel, blocker, "absent")
+            self._skip(channel, blocker, ABSENT)
         if channel.waiters:
             if channel.timer is None or channel.counter != before:
                 self._arm(channel)
@@ -556,7 +574,7 @@ class Gate:
         blocker = channel.next_missing()
         if blocker is None:  # cannot happen with competition-ranked priorities
             blocker = channel.waiters[0].name
-        self._skip(channel, blocker, "slow" if blocker in channel.arrived else "timeout")
+        self._skip(channel, blocker, SLOW if blocker in channel.arrived else TIMEOUT)
         self._pump(channel)
         if channel.waiters and channel.timer is None:
             self._arm(channel)

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from tictac_hooks import checks
 from tictac_hooks.enforce.api import GateClient
 from tictac_hooks.enforce.gate import Gate, InstallResult
+from tictac_hooks.records import GateStats
 from tictac_hooks.graph.schedule import Schedule
 
 _SERVED: dict[str, Gate] = {}
@@ -107,12 +108,11 @@ class InProcessClient(GateClient):
         with gate_lock(self.address):
             return self.gate.clear()
 
-    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
+    def stats(self, include_active: bool = True, since: int | None = None) -> GateStats:
         self._count("stats")
         with gate_lock(self.address):
-            if since is None:
-                return dict(self.gate.summary(), steps=self.gate.records(include_active))
-            return self.gate.summary() | self.gate.read(since, include_active)
+            return self.gate.stats(include_active, since, ps=self.address,
+                                   backend=self.backend)
 
     def served_names(self) -> list[str]:
         self._count("served")

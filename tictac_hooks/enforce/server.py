@@ -22,6 +22,7 @@ from tictac_hooks.ports import free_port
 from tictac_hooks.enforce.api import BACKENDS
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, Gate
 from tictac_hooks.enforce.proxy import Rendezvous, RendezvousThread
+from tictac_hooks.records import GateStats
 
 DEFAULT_BIND_HOST = "127.0.0.1"
 NATIVE_PROTOCOL = "grpc+tictac"
@@ -216,11 +217,12 @@ class TicTacServer:
             raise AttributeError("a native TicTacServer's gate is in C++: use stats()")
         return self.rendezvous.gate
 
-    def stats(self, include_active: bool = True) -> dict[str, Any]:
+    def stats(self, include_active: bool = True) -> GateStats:
         """This PS's gate summary and step records, as the clients return them."""
         if self.rendezvous is None:
-            return {"ps": self.public_address, **self._cgate.control(
-                "stats", "active" if include_active else "finished")}
+            return GateStats.from_json(self._cgate.control(
+                "stats", "active" if include_active else "finished"),
+                ps=self.public_address, backend="native")
         return self.rendezvous.stats(include_active)
 
     def start(self) -> None:

@@ -19,8 +19,8 @@ transfer's ``args`` (``step_id``, ``priority``) say which step and slot it was.
 Each transfer is a complete event from its arrival at the PS's gate to its hand-back
 (the PS's response leaving), with ``args``: ``step_id``, ``bytes``, ``priority`` (its
 slot in the schedule, -1 when it has none), ``held_s`` (how long the gate held it back
-waiting for its turn), ``ps_s`` (from its release to the hand-back: the PS producing
-the response) and ``error`` when the call failed.
+waiting for its turn: records.TransferRecord.held_s), ``ps_s`` (the PS producing the
+response: TransferRecord.ps_s) and ``error`` when the call failed.
 
 Event categories (``cat``; filter on them in either viewer):
 
@@ -50,15 +50,18 @@ Event categories (``cat``; filter on them in either viewer):
     response did not leave in time), ``absent`` (skipped at once: it had not come in
     the previous steps either) or ``cancelled`` (its call ended without a response).
 
-Timestamps are whole microseconds from the earliest event in the file;
-``otherData.origin_unix_s`` is that moment as Unix time.
+Timestamps are whole microseconds from the origin, ``otherData.origin_unix_s`` (Unix
+time): the earliest event in the file when it is written at once, the first record's
+earliest event when it is streamed (:class:`TraceWriter`, as the callbacks write it
+while training runs).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
-from typing import Any, Callable, Iterable
+from typing import IO, Any, Callable, Iterable
 
 from tictac_hooks.records import GateStep
 
@@ -67,6 +70,9 @@ from tictac_hooks.records import GateStep
 TRANSFER_CATEGORIES = ("listed", "pass", "late", "unexpected", "duplicate")
 #: Every category :func:`chrome_trace` emits.
 CATEGORIES = TRANSFER_CATEGORIES + ("step", "skip")
+#: How long a lane remembers a slice after the latest start seen: a record that
+#: finishes this much after a later one started could share a lane with an overlap.
+LANE_HORIZON_S = 120.0
 
 
 def assign_lanes(intervals: Iterable[tuple[int, int]]) -> list[int]:
@@ -90,89 +96,154 @@ def assign_lanes(intervals: Iterable[tuple[int, int]]) -> list[int]:
     return lanes
 
 
-def chrome_trace(stats: dict[str, Any]) -> dict[str, Any]:
-    """Chrome trace JSON from :func:`tictac_hooks.enforce.client.stats_everywhere`
-    output (or one PS's stats)."""
-    default_ps = stats.get("ps") if isinstance(stats.get("ps"), str) else ""
-    steps = [GateStep.from_json(s, ps=s.get("ps", default_ps)) for s in stats.get("steps", [])]
-    times = [t for step in steps for t in _times(step)]
-    origin = min(times, default=0.0)
+class TraceWriter:
+    """Writes the trace as records come, with bounded memory: each step record's events
+    go to ``out`` (a text file) at once, and the lanes remember only the slices that
+    end within :data:`LANE_HORIZON_S` of the latest start seen.
 
-    def us(t: float) -> int:
+    ``origin`` (Unix seconds) is the trace's zero; None: the earliest moment of the
+    first record written. An event before it (a step that started earlier but finished
+    later) gets a negative timestamp, which both viewers place correctly.
+
+    Example:
+      with open(path, "w") as f, TraceWriter(f) as trace:
+          trace.add(cursor.read().steps)
+    """
+
+    def __init__(self, out: IO[str], origin: float | None = None) -> None:
+        self._out = out
+        self.origin = origin
+        self._pids: dict[str, int] = {}
+        self._tid = 0
+        # Per (ps, worker): lanes of transfers and of steps, each lane a list of the
+        # (start, end) µs spans still within the horizon, with its tid.
+        self._lanes: dict[tuple[str, str, str], list[tuple[int, list[tuple[int, int]]]]] = {}
+        self._latest = 0
+        self._first = True
+        self.records = 0
+        out.write('{"displayTimeUnit": "ms", "traceEvents": [')
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _us(self, t: float) -> int:
         # Whole µs from the origin: integers, which every viewer reads exactly, so that a
         # slice that starts where another ends does not overlap it by a rounding error.
         # (A Unix time in a double is good to about 0.25 µs anyway.)
-        return round((t - origin) * 1e6)
+        return round((t - self.origin) * 1e6)
 
-    # Per (ps, worker) channel, in order of first appearance.
-    channels: dict[tuple[str, str], dict[str, list]] = {}
-    for step in steps:
-        ch = channels.setdefault((step.ps, step.worker),
-                                 {"transfers": [], "steps": [], "skips": []})
-        handed = [t for t in step.transfers if t.handback]
-        for t in handed:
-            start = us(t.arrive)
-            args = {"step_id": step.step_id, "bytes": t.bytes,
-                    "priority": t.priority,
-                    "held_s": max(t.release - t.arrive, 0.0) if t.release else 0.0,
-                    "ps_s": max(t.handback - (t.release or t.arrive), 0.0)}
-            if t.error:
-                args["error"] = t.error
-            ch["transfers"].append(((start, max(us(t.handback), start)),
-                                    {"name": t.name, "cat": t.state, "args": args}))
-        if handed or step.skipped:
-            span = [us(x) for x in _times(step)]
-            ch["steps"].append(((min(span), max(span)), {
-                "name": f"step {step.step_id}", "cat": "step",
-                "args": {"step_id": step.step_id, "transfers": len(handed),
-                         "bytes": step.bytes,
-                         "skips": len(step.skipped),
-                         "violations": step.violations,
-                         "complete": step.complete,
-                         "algorithm": step.algorithm,
-                         "schedule_version": step.schedule_version}}))
-        for s in step.skipped:
-            ch["skips"].append((us(s.time), {
-                "name": f"skip {s.name}", "cat": "skip",
-                "args": {"step_id": step.step_id, "reason": s.reason}}))
+    def _emit(self, event: dict[str, Any]) -> None:
+        self._out.write(("" if self._first else ",\n") + json.dumps(event))
+        self._first = False
 
-    events: list[dict[str, Any]] = []
-    pids: dict[str, int] = {}
-    tid = 0
+    def _pid(self, ps: str) -> int:
+        pid = self._pids.get(ps)
+        if pid is None:
+            pid = self._pids[ps] = len(self._pids) + 1
+            self._emit({"name": "process_name", "ph": "M", "pid": pid,
+                        "args": {"name": f"PS {ps}"}})
+        return pid
 
-    def thread(pid: int, name: str) -> int:
-        nonlocal tid
-        tid += 1
-        events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-                       "args": {"name": name}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid,
-                       "args": {"sort_index": tid}})
+    def _thread(self, pid: int, name: str) -> int:
+        self._tid += 1
+        self._emit({"name": "thread_name", "ph": "M", "pid": pid, "tid": self._tid,
+                    "args": {"name": name}})
+        self._emit({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": self._tid,
+                    "args": {"sort_index": self._tid}})
+        return self._tid
+
+    def _lane_tid(self, pid: int, key: tuple[str, str, str], span: tuple[int, int],
+                  name: Callable[[int], str]) -> int:
+        """The tid of the lowest lane of ``key`` where ``span`` overlaps no slice
+        (touching ends allowed); a new lane when none is free."""
+        start, end = span
+        lanes = self._lanes.setdefault(key, [])
+        horizon = self._latest - round(LANE_HORIZON_S * 1e6)
+        for tid, spans in lanes:
+            spans[:] = [s for s in spans if s[1] >= horizon]
+            if not any(_overlap(span, other) for other in spans):
+                spans.append(span)
+                return tid
+        tid = self._thread(pid, name(len(lanes)))
+        lanes.append((tid, [span]))
         return tid
 
-    def slices(pid: int, names: Callable[[int], str], items: list) -> list[int]:
-        """Complete events for ``items`` on as many threads (``names(lane)``) as they
-        need; their tids."""
-        lanes = assign_lanes(span for span, _ in items)
-        tids = [thread(pid, names(n)) for n in range(max(lanes, default=-1) + 1)]
-        for ((start, end), event), lane in zip(items, lanes):
-            events.append({**event, "ph": "X", "pid": pid, "tid": tids[lane],
-                           "ts": start, "dur": end - start})
-        return tids
+    def add(self, steps: Iterable[GateStep]) -> None:
+        """Writes the events of ``steps`` (step records, each naming its ``ps``)."""
+        for step in steps:
+            times = _times(step)
+            if not times:
+                continue
+            if self.origin is None:
+                self.origin = min(times)
+            self.records += 1
+            pid = self._pid(step.ps)
+            ps, worker = step.ps, step.worker
+            span = [self._us(x) for x in times]
+            self._latest = max(self._latest, min(span))
+            steps_tid = self._lane_tid(
+                pid, (ps, worker, "steps"), (min(span), max(span)),
+                lambda n: f"{worker} · steps{f' {n + 1}' if n else ''}")
+            first_steps_tid = self._lanes[(ps, worker, "steps")][0][0]
+            handed = [t for t in step.transfers if t.handback]
+            self._emit({"name": f"step {step.step_id}", "cat": "step", "ph": "X",
+                        "pid": pid, "tid": steps_tid, "ts": min(span),
+                        "dur": max(span) - min(span),
+                        "args": {"step_id": step.step_id, "transfers": len(handed),
+                                 "bytes": step.bytes, "skips": len(step.skipped),
+                                 "violations": step.violations, "complete": step.complete,
+                                 "algorithm": step.algorithm,
+                                 "schedule_version": step.schedule_version}})
+            for s in step.skipped:
+                self._emit({"name": f"skip {s.name}", "cat": "skip", "ph": "i", "s": "t",
+                            "pid": pid, "tid": first_steps_tid, "ts": self._us(s.time),
+                            "args": {"step_id": step.step_id, "reason": s.reason}})
+            spans = [(self._us(t.arrive), max(self._us(t.handback), self._us(t.arrive)))
+                     for t in handed]
+            for i in sorted(range(len(handed)), key=lambda i: (spans[i][0], -spans[i][1], i)):
+                t = handed[i]
+                tid = self._lane_tid(pid, (ps, worker, "lanes"), spans[i],
+                                     lambda n: f"{worker} · lane {n + 1}")
+                args = {"step_id": step.step_id, "bytes": t.bytes, "priority": t.priority,
+                        "held_s": t.held_s, "ps_s": t.ps_s}
+                if t.error:
+                    args["error"] = t.error
+                self._emit({"name": t.name, "cat": t.state, "ph": "X", "pid": pid,
+                            "tid": tid, "ts": spans[i][0], "dur": spans[i][1] - spans[i][0],
+                            "args": args})
 
-    for (ps, worker), ch in channels.items():
-        if ps not in pids:
-            pids[ps] = len(pids) + 1
-            events.append({"name": "process_name", "ph": "M", "pid": pids[ps],
-                           "args": {"name": f"PS {ps}"}})
-        pid = pids[ps]
-        step_tids = slices(pid, lambda n, w=worker: f"{w} · steps{f' {n + 1}' if n else ''}",
-                           ch["steps"])
-        for ts, event in ch["skips"]:  # every skip's step has a slice, so step_tids[0]
-            events.append({**event, "ph": "i", "s": "t", "pid": pid, "tid": step_tids[0],
-                           "ts": ts})
-        slices(pid, lambda n, w=worker: f"{w} · lane {n + 1}", ch["transfers"])
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"origin_unix_s": origin}}
+    def close(self) -> None:
+        """Ends the JSON (the file stays open: its owner closes it)."""
+        if self._out is None:
+            return
+        self._out.write('], "otherData": ' + json.dumps(
+            {"origin_unix_s": self.origin or 0.0}) + "}")
+        self._out = None  # type: ignore[assignment]
+
+
+def chrome_trace(steps: Iterable[GateStep]) -> dict[str, Any]:
+    """Chrome trace JSON of step records (each naming its ``ps``), with the earliest
+    event at 0."""
+    steps = list(steps)
+    out = io.StringIO()
+    writer = TraceWriter(out, origin=min((x for s in steps for x in _times(s)), default=0.0))
+    writer.add(steps)
+    writer.close()
+    return json.loads(out.getvalue())
+
+
+def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether two spans cannot share a lane: they overlap (touching ends do not), or
+    a zero-long one lies at or after the other's start and before its end."""
+    (s1, e1), (s2, e2) = a, b
+    if s1 == e1:
+        return s2 <= s1 < e2
+    if s2 == e2:
+        return s1 <= s2 < e1
+    return s1 < e2 and s2 < e1
 
 
 def _times(step: GateStep) -> list[float]:
@@ -181,6 +252,6 @@ def _times(step: GateStep) -> list[float]:
     return out + [s.time for s in step.skipped]
 
 
-def write_chrome_trace(stats: dict[str, Any], path: str | os.PathLike) -> None:
-    with open(path, "w") as f:
-        json.dump(chrome_trace(stats), f)
+def write_chrome_trace(steps: Iterable[GateStep], path: str | os.PathLike) -> None:
+    with open(path, "w") as f, TraceWriter(f) as writer:
+        writer.add(sorted(steps, key=lambda s: s.start))

@@ -19,7 +19,7 @@ from tictac_hooks.checks import check_window
 from tictac_hooks.enforce.api import GateClient, GateError, check_install_size
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
-from tictac_hooks.records import checked_steps
+from tictac_hooks.records import GateStats
 
 _DEVICES: dict[str, str] = {}  # address -> the PS device found there (asked once)
 GET_STATUS = "/tensorflow.WorkerService/GetStatus"
@@ -264,15 +264,14 @@ class NativeClient(GateClient):
     def clear(self) -> int:
         return int(self.call("clear")["version"])
 
-    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
+    def stats(self, include_active: bool = True, since: int | None = None) -> GateStats:
         """Totals plus the step records; with ``since``, only those finished after
         record number ``since``, with ``last_seq`` and ``dropped`` (gate.h, StatsJson)."""
         arg = "active" if include_active else "finished"
         if since is not None:
             arg += f" since={checks.whole_number('since', since, 0)}"
-        stats = self.call("stats", arg)
-        stats["steps"] = checked_steps(stats.get("steps"))  # the schema of records.py
-        return {"ps": self.address, "device": self._device, **stats}
+        return GateStats.from_json(dict(self.call("stats", arg), device=self._device),
+                                   ps=self.address, backend="native")
 
     def served_names(self) -> list[str]:
         return list(self.call("served")["names"])

@@ -191,6 +191,8 @@ struct Channel {
     return cursor < names.size() ? &names[cursor] : nullptr;
   }
 
+  // One (step, worker) record: the fields of records.py GateStep, TransferRecord and
+  // SkipRecord, one meaning each (tests/test_records.py fails when they drift).
   std::string Record() const {
     std::ostringstream o;
     int64_t bytes = 0, violations = 0, reordered = 0;
@@ -226,8 +228,9 @@ struct Channel {
       o << (i ? "," : "") << "{\"name\":" << JsonStr(t.name)
         << ",\"state\":\"" << StateName(t.state) << "\",\"priority\":" << t.priority
         << ",\"bytes\":" << t.nbytes << ",\"arrive\":" << JsonNum(t.t_arrive)
-        << ",\"release\":" << JsonNum(t.t_ready) << ",\"release_seq\":" << t.rseq
-        << ",\"handback\":" << JsonNum(t.t_handback);
+        // This gate holds the response: it is released when it is handed back.
+        << ",\"release\":" << JsonNum(t.t_handback) << ",\"release_seq\":" << t.rseq
+        << ",\"handback\":" << JsonNum(t.t_handback) << ",\"ready\":" << JsonNum(t.t_ready);
       if (!t.error.empty()) o << ",\"error\":" << JsonStr(t.error);
       if (t.dead) o << ",\"dead\":true";
       if (!t.tensor.empty() && times_named[t.name] > 1) o << ",\"tensor\":" << JsonStr(t.tensor);

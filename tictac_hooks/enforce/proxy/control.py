@@ -38,7 +38,7 @@ async def dispatch(rv: Any, request: bytes, context: aio.ServicerContext,
             result = {"version": rv.gate.clear()}
         elif verb == "Stats":
             result = rv.stats(include_active=args.get("include_active", True),
-                              since=args.get("since"))
+                              since=args.get("since")).to_json()
         elif verb == "Served":
             result = {"names": rv.gate.served_names()}
         elif verb == "Ping":

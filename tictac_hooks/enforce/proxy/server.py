@@ -18,6 +18,7 @@ from tictac_hooks.enforce.proxy.connection import _Connection
 from tictac_hooks.enforce.proxy.control import CONTROL_PREFIX, _ControlHandler, dispatch
 from tictac_hooks.enforce.proxy.pipes import _listen, _set_nodelay
 from tictac_hooks.graph.tf.naming import parse_rendezvous_key, rendezvous_key_frame
+from tictac_hooks.records import GateStats
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +126,11 @@ class Rendezvous:
         frame, iteration = rendezvous_key_frame(key)
         return self.gate.arrive(step_id, dest, name, tensor, frame, iteration)
 
-    def stats(self, include_active: bool = True, since: int | None = None) -> dict[str, Any]:
+    def stats(self, include_active: bool = True, since: int | None = None) -> GateStats:
         """The gate's summary and records; with ``since``, a cursor's read
         (:meth:`Gate.read`: the records after it, ``last_seq``, ``dropped``)."""
-        out = {"ps": self.address, "upstream": self.upstream, **self.gate.summary()}
-        if since is None:
-            return out | {"steps": self.gate.records(include_active=include_active)}
-        return out | self.gate.read(since, include_active)
+        return self.gate.stats(include_active, since, ps=self.address, backend="proxy",
+                               upstream=self.upstream)
 
     async def control(self, request: bytes, context: aio.ServicerContext, method: str) -> bytes:
         """A control call (see :mod:`tictac_hooks.enforce.proxy.control`)."""
