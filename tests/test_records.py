@@ -12,7 +12,8 @@ from tictac_hooks import records
 from tictac_hooks.records import (GateStats, GateStep, RecordError, SkipRecord,
                                   TransferRecord)
 
-GATE_CC = os.path.join(os.path.dirname(records.__file__), "enforce", "native", "gate.cc")
+GATE_CC = os.path.join(os.path.dirname(os.path.dirname(records.__file__)), "enforce", "native",
+                       "gate.cc")
 
 
 def _cc_function(source: str, signature: str) -> str:

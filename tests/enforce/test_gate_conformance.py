@@ -378,7 +378,7 @@ def gate_library():
 
 
 def _fields_and_times_mean_one_thing(backend: str, raw: list[dict]) -> None:
-    """Each backend writes only the fields of records.py, and each time field means
+    """Each backend writes only the fields of records/gate.py, and each time field means
     the same on both: arrive <= release, ready <= handback (release: the gate let it go;
     ready: the PS had the response; the native gate releases at the hand-back, the
     Python gate releases the request before the PS produces the response)."""

@@ -191,7 +191,7 @@ struct Channel {
     return cursor < names.size() ? &names[cursor] : nullptr;
   }
 
-  // One (step, worker) record: the fields of records.py GateStep, TransferRecord and
+  // One (step, worker) record: the fields of records/gate.py GateStep, TransferRecord and
   // SkipRecord, one meaning each (tests/test_records.py fails when they drift).
   std::string Record() const {
     std::ostringstream o;
