@@ -158,10 +158,7 @@ def records_summary(dispatched: int, steplog: StepLog, cursor: Any,
     RecordCursor that read them (None: nothing was read)."""
     if cursor is None:
         return {"dispatched": dispatched}
-    workers = steplog.summary()["workers"].values()
-    recorded = sum(w["steps"] for w in workers)
-    missing = sum(w["missing"] for w in workers)
-    held = sum(w.get("unfinished", 0) for w in workers)  # lost workers' last steps
+    recorded, missing, held = steplog.totals()  # held: lost workers' last steps
     # A closure whose worker died mid-step ParameterServerStrategy runs again on
     # another worker, where it is recorded: it counts once, there. A lost worker's
     # last step that no other worker ran again had finished where it started.

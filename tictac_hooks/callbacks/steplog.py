@@ -286,6 +286,14 @@ class StepLog:
             return CHECK
         return PROFILING
 
+    def totals(self) -> tuple[int, int, int]:
+        """Over every worker: steps recorded, steps missing in gaps, and lost workers'
+        unfinished last steps (``summary``'s per-worker counts, summed)."""
+        workers = set(self._count) | set(self.lost)
+        return (sum(self._count.get(w, 0) for w in workers),
+                sum(self.gaps.get(w, 0) for w in workers),
+                sum(self.unfinished.get(w, 0) for w in workers if w in self.lost))
+
     def summary(self) -> dict[str, Any]:
         """Per worker: its steps, and per phase the steps in the medians and their
         median step time; the steps left out, by reason (so that ``steps`` =

@@ -1,0 +1,112 @@
+"""callbacks/steplog.py: the PSes' step records merged into each worker's steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from tictac_hooks.callbacks.steplog import StepLog
+from tictac_hooks.records import (CHECK, LISTED, PASS, PROFILING, SCHEDULED, GateStep,
+                                  TransferRecord)
+
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+CHIEF = "/job:chief/replica:0/task:0/device:CPU:0"
+
+
+def rec(step_id, start, worker=W0, ps="ps:0", seq=0, names=("a", "b"), version=None,
+        priorities=None, iteration=0, dead=False, violations=0):
+    priorities = priorities or list(range(len(names)))
+    transfers = tuple(
+        TransferRecord(n, LISTED if version is not None else PASS,
+                       p if version is not None else -1, 100, start, start + 0.001,
+                       i, start + 0.002 + 0.001 * i, dead=dead)
+        for i, (n, p) in enumerate(zip(names, priorities)))
+    return GateStep(step_id=step_id, worker=worker, schedule_version=version,
+                    algorithm="tic" if version is not None else None, complete=True,
+                    order=tuple(names), transfers=transfers, bytes=100 * len(names),
+                    start=start, end=start + 0.01, skipped=(), skips=0,
+                    violations=violations, reordered=0, unlisted=(), ps=ps,
+                    iteration=iteration, worker_seq=seq)
+
+
+def finalize(log, everything=False):
+    return log.finalize(lambda a, b: 0.0, lambda step, t: None, everything)
+
+
+def test_a_step_is_its_records_at_every_ps_and_lasts_until_the_next():
+    log = StepLog()
+    log.add([rec(1, 10.0, ps="ps:0", seq=1), rec(1, 10.2, ps="ps:1", seq=1),
+             rec(2, 11.0, ps="ps:0", seq=2), rec(2, 11.1, ps="ps:1", seq=2),
+             rec(3, 12.5, ps="ps:0", seq=3)])
+    steps = finalize(log)  # the latest has no successor yet: it waits
+    assert [(s.step, s.start, s.phase) for s in steps] == [(0, 10.0, PROFILING),
+                                                           (1, 11.0, PROFILING)]
+    assert steps[0].step_time == pytest.approx(1.0) and steps[1].step_time == pytest.approx(1.5)
+    assert finalize(log) == []  # each step is handed out once
+    (last,) = finalize(log, everything=True)
+    assert last.step == 2 and last.step_time is None
+    summary = log.summary()["workers"][W0]
+    # step 0 (start-up) and the last step are not in the medians; step 1 is
+    assert summary["steps"] == 3 and summary["profiling_steps"] == 1
+    assert summary["excluded"] == {"first_step": 1, "last_step": 1}
+    assert summary["profiling_median_step_time"] == pytest.approx(1.5)
+    assert log.totals() == (3, 0, 0)
+
+
+def test_lost_records_are_a_gap_never_a_step_time():
+    log = StepLog()
+    # Records 3 and 4 of this worker at the PS were let go before they were read.
+    log.add([rec(1, 1.0, seq=1), rec(2, 2.0, seq=2), rec(5, 5.0, seq=5), rec(6, 6.0, seq=6)])
+    steps = finalize(log, everything=True)
+    assert [s.step for s in steps] == [0, 1, 4, 5]  # the gap keeps its numbers
+    assert steps[1].step_time is None  # no interval drawn across the gap
+    assert steps[2].step_time == pytest.approx(1.0)
+    assert log.gaps[W0] == 2
+    assert log.totals() == (4, 2, 0)
+    assert log.summary()["workers"][W0]["missing"] == 2
+    assert log.summary()["workers"][W0]["excluded"]["before_gap"] == 1
+
+
+def test_a_loops_dead_exit_iteration_is_no_step_and_no_gap():
+    log = StepLog()
+    log.add([rec(1, 1.0, seq=1, iteration=0), rec(1, 1.5, seq=2, iteration=1),
+             rec(1, 1.9, seq=3, iteration=2, dead=True),  # the loop's exit
+             rec(2, 2.0, seq=4, iteration=0), rec(2, 2.5, seq=5, iteration=1)])
+    steps = finalize(log, everything=True)
+    assert [s.start for s in steps] == [1.0, 1.5, 2.0, 2.5]
+    assert steps[1].step_time == pytest.approx(0.5)  # numbers 2 and 4: 3 was read
+    assert log.totals() == (4, 0, 0)
+
+
+def test_a_lost_workers_last_step_is_unfinished_and_other_jobs_are_not_workers():
+    log = StepLog()
+    log.add([rec(1, 1.0, W0, seq=1), rec(2, 2.0, W0, seq=2),
+             rec(1, 1.1, W1, seq=1), rec(2, 2.1, W1, seq=2), rec(3, 3.1, W1, seq=3),
+             rec(9, 1.5, CHIEF, seq=1)])
+    assert log.silent(W0) == (2.0, 2)  # two steps of the others since its last
+    log.mark_lost(W0, 4.0, "its task does not answer")
+    steps = finalize(log, everything=True)
+    assert {s.worker for s in steps} == {W0, W1}
+    assert log.unfinished[W0] == 1
+    summary = log.summary()["workers"]
+    assert summary[W0]["steps"] == 1 and summary[W0]["unfinished"] == 1
+    assert summary[W0]["lost"]["reason"] == "its task does not answer"
+    assert log.totals() == (4, 0, 1)
+
+
+def test_scheduled_steps_count_whether_they_followed_the_order():
+    log = StepLog()
+    log.switched_at = 1.5
+    log.add([rec(1, 1.0, seq=1),
+             rec(2, 2.0, seq=2, version=1),                      # in order
+             rec(3, 3.0, seq=3, version=1, priorities=[1, 0]),   # released out of order
+             rec(4, 4.0, seq=4, version=1, violations=1),        # a late transfer
+             rec(5, 5.0, seq=5),                                 # a check block's step
+             rec(6, 6.0, seq=6)])
+    steps = finalize(log, everything=True)
+    assert [s.phase for s in steps] == [PROFILING, SCHEDULED, SCHEDULED, SCHEDULED, CHECK,
+                                        CHECK]
+    assert [s.order for s in steps[1:4]] == ["tic"] * 3
+    order = log.summary()["order"]
+    assert order["scheduled_steps"] == 3 and order["followed"] == 1
+    assert order["violations"] == 1
