@@ -56,6 +56,7 @@ from tictac_hooks.bench.metrics import median_ci  # noqa: E402
 from tictac_hooks.bench.procstat import cpu_seconds as process_cpu_s  # noqa: E402
 from tictac_hooks.cluster import netns  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
+from tictac_hooks.bench.runner import provenance  # noqa: E402
 
 
 def _abba(n: int):
@@ -498,7 +499,8 @@ def _measured(args: argparse.Namespace, net, cfg: dict) -> tuple[dict, dict | No
 def _save(args: argparse.Namespace, steps: dict, cpu: dict | None, summary: dict) -> None:
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rate": args.rate, "backend": args.backend, "pinned": args.pin,
+            json.dump({**provenance(), "rate": args.rate, "backend": args.backend,
+                       "pinned": args.pin,
                        "method": "bypass" if args.bypass else "relaunch",
                        "rounds": args.relaunch or args.bypass,
                        "steps": args.block_steps if args.bypass else args.relaunch_steps,

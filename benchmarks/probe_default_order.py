@@ -14,6 +14,7 @@ import tensorflow as tf
 from tictac_hooks.cluster.launcher import LocalCluster
 from tictac_hooks.bench import workloads
 from tictac_hooks.enforce.client import steps_everywhere, clear_everywhere
+from tictac_hooks.bench.runner import provenance
 
 model, mode, launches, steps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 
@@ -46,5 +47,5 @@ for launch in range(launches):
                   flush=True)
 within = [spearman(o[i], o[i + 1]) for o in orders for i in range(len(o) - 1)]
 across = [spearman(orders[a][0], orders[b][0]) for a in range(launches) for b in range(a + 1, launches)]
-print(json.dumps({"within_launch_rho": [round(x, 3) for x in within],
+print(json.dumps({**provenance(), "within_launch_rho": [round(x, 3) for x in within],
                   "across_launch_rho": [round(x, 3) for x in across]}))

@@ -28,6 +28,7 @@ from tictac_hooks.callbacks.settings import Settings  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
 from tictac_hooks.enforce.client import steps_everywhere  # noqa: E402
 from tictac_hooks.graph.tf.traced import traced_worker_graphs  # noqa: E402
+from tictac_hooks.bench.runner import provenance  # noqa: E402
 
 model, mode, rounds, block = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rate = float(sys.argv[5]) if len(sys.argv) > 5 else None
@@ -84,4 +85,4 @@ with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, backend="native") as
             for i, key in enumerate(("arrival_spread_ms", "held_sum_ms", "held_max_ms",
                                      "span_ms")):
                 out[name][key] = round(1e3 * median(r[i] for r in rows), 1) if rows else None
-        print(json.dumps({"model": model, "mode": mode, "pace_rate": rate, **out}, indent=1))
+        print(json.dumps({**provenance(), "model": model, "mode": mode, "pace_rate": rate, **out}, indent=1))

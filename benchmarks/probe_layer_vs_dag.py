@@ -41,6 +41,7 @@ from tictac_hooks.graph.algorithms import compute_order  # noqa: E402
 from tictac_hooks.graph.dag import RECV  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 from tictac_hooks.graph.simulate import dependency_lower_bound, simulate  # noqa: E402
+from tictac_hooks.bench.runner import provenance  # noqa: E402
 
 # the orders simulated, in the table's column order
 ALGORITHMS = ("tic", "tac", "tac-paper", "first-use", "declared")
@@ -135,7 +136,7 @@ def main() -> None:
                       f"{(sim['first-use'] / lstar - 1) * 100:+.1f} % |", flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({**provenance(), "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

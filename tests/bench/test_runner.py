@@ -237,3 +237,18 @@ def test_a_run_returns_a_bench_run_with_its_commit_and_command(monkeypatch):
     assert BenchRun.from_json(written) == result
     assert runner.run(config, lambda m: None, command="bench_tictac.py x").command == \
         "bench_tictac.py x"
+
+
+def test_every_benchmark_scripts_json_records_its_provenance():
+    """The scripts under benchmarks/ that write JSON put the commit and the command in
+    it, from one helper."""
+    import pathlib
+    from tictac_hooks.bench.runner import provenance
+    got = provenance(["benchmarks/probe_default_order.py", "--x", "a b"])
+    assert got["command"] == "probe_default_order.py --x 'a b'"
+    assert set(got) == {"commit", "dirty", "command"} and isinstance(got["dirty"], bool)
+    root = pathlib.Path(__file__).resolve().parents[2] / "benchmarks"
+    # the scripts whose output is a JSON result (the others print tables)
+    for name in ("bench_shaped_overhead.py", "probe_layer_vs_dag.py",
+                 "probe_default_order.py", "probe_fastlink_waits.py"):
+        assert "**provenance()" in (root / name).read_text(), name

@@ -183,6 +183,13 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     return shlex.join([program] + argv[1:])
 
 
+def provenance(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """What every result JSON records of how it was made: ``commit`` and ``dirty``
+    (:func:`source_revision`) and ``command`` (:func:`command_line`)."""
+    commit, dirty = source_revision()
+    return {"commit": commit, "dirty": dirty, "command": command_line(argv)}
+
+
 def _worker_cpus(config: BenchConfig, w: int, total: int) -> dict[int, int] | None:
     """With ``pin_workers``: worker k of each set (interposed, direct) on the k-th CPU
     this process may use, so that the workers of a step do not share a core (one
