@@ -89,6 +89,12 @@ class Controller:
         # Why the frontend's compute profile failed (it said so in one warning line).
         self.compute_profile_error: str | None = None
         self.tac_off: str | None = None  # why TAC is off for this run, when it is
+        # More orders the check measures beside TIC and TAC, label -> algorithm name of
+        # graph/algorithms.py (`tictac bench --frontend fit`: the baselines); each
+        # candidate's schedule carries its label, which the gates label its steps with.
+        # Those that cannot be computed are left out, with why in ``check_off``.
+        self.check_extra: dict[str, str] = {}
+        self.check_off: dict[str, str] = {}
         # The gate backend of each PS: address -> (backend, the install settings it
         # cannot honour, with why); found by connect.
         self.backends: dict[str, tuple[str, Mapping[str, str]]] = {}
@@ -340,6 +346,17 @@ class Controller:
             except (TicTacSetupError, ScheduleError) as e:
                 self.say(f"the order check tries {algorithm.upper()} only: "
                          f"{other.upper()} is off ({e})")
+                self.check_off[other] = str(e)
+            for label, name in self.check_extra.items():
+                if label in candidates:
+                    continue
+                try:
+                    candidates[label] = [
+                        (g, dataclasses.replace(s, algorithm=label)) for g, s in
+                        self._parts_for(name, graphs, compute_times, served, late)]
+                except (TicTacSetupError, ValueError) as e:  # ScheduleError included
+                    self.check_off[label] = str(e)
+                    self.say(f"the order check leaves {label} out: {e}")
         self.runner.switched(algorithm, candidates)
         if self.installs:
             self._install(parts)

@@ -163,14 +163,20 @@ def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> Ch
         rule="keep the candidate order with the largest median paired ratio "
              "median(TensorFlow order) / median(TicTac order) when it is >= 1, "
              "else TensorFlow's order",
-        workers={w: WorkerCheck(RatioSpread.of(d / t for t, d in ps),
-                                _median([d for _, d in ps]), _median([t for t, _ in ps]))
-                 for w, ps in sorted(mine.items())},
+        workers={w: _worker_check(ps) for w, ps in sorted(mine.items())},
         spread=RatioSpread.of(ratios.get(focus, [])),
         blocks={w: tuple(CheckBlock(p, m, tuple(steps)) for p, m, _, steps, _ in rs)
                 for w, rs in runs.items()},
         decision=decision, chosen=chosen,
-        reason="" if best is not None else "no (TicTac, TensorFlow) block pair reached the PS")
+        reason="" if best is not None else "no (TicTac, TensorFlow) block pair reached the PS",
+        candidate_workers={c: {w: _worker_check(ps) for w, ps in sorted(ws.items())}
+                           for c, ws in sorted(pairs.items())})
+
+
+def _worker_check(pairs: Sequence[tuple[float, float]]) -> WorkerCheck:
+    """One worker's (median T, median D) pairs of one candidate."""
+    return WorkerCheck(RatioSpread.of(d / t for t, d in pairs),
+                       _median([d for _, d in pairs]), _median([t for t, _ in pairs]))
 
 
 def _median(xs: Sequence[float]) -> float | None:

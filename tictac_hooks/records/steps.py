@@ -93,6 +93,9 @@ class CheckResult:
     decision: str | None            # "tictac", "default", or None: no pair formed
     chosen: str | None              # the kept candidate (None: TensorFlow's order)
     reason: str = ""                # why there is no decision
+    # every candidate's pairs per worker (benchmarks: `tictac bench --frontend fit`)
+    candidate_workers: Mapping[str, Mapping[str, WorkerCheck]] = dataclasses.field(
+        default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -106,6 +109,9 @@ class CheckResult:
             "decision": self.decision, "chosen": self.chosen}
         if self.reason:
             out["reason"] = self.reason
+        if self.candidate_workers:
+            out["candidate_workers"] = {c: {w: wc.to_json() for w, wc in ws.items()}
+                                        for c, ws in self.candidate_workers.items()}
         return out
 
     @classmethod
@@ -117,7 +123,9 @@ class CheckResult:
                    RatioSpread.from_json(d),
                    {w: tuple(CheckBlock(int(p), float(m), tuple(st)) for p, m, st in bs)
                     for w, bs in f("blocks").items()},
-                   f("decision"), f("chosen"), str(d.get("reason", "")))
+                   f("decision"), f("chosen"), str(d.get("reason", "")),
+                   {c: {w: WorkerCheck.from_json(wc) for w, wc in ws.items()}
+                    for c, ws in d.get("candidate_workers", {}).items()})
 
 
 @dataclasses.dataclass(frozen=True)
