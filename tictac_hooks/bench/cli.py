@@ -24,8 +24,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "is its old name) and declared order (the model's variable list, as BytePS, "
         "ByteScheduler's PyTorch plugin and P3). Falls back to loopback (and says so) "
         "without root or tc.")
-    p.add_argument("--model", default="resnet50",
-                   help="resnet50, inceptionv3, vgg16 or mobilenetv2 (default resnet50)")
+    p.add_argument("--model", default=None,
+                   help="resnet50, inceptionv3, vgg16 or mobilenetv2 (default resnet50); "
+                        "with --frontend fit: dlrm, transformer (default dlrm) or your "
+                        "own, PATH.py:FUNCTION, FUNCTION(batch_size) returning (model, "
+                        "inputs, targets) (bench/user_model.py)")
+    p.add_argument("--frontend", choices=("graph", "fit"), default="graph",
+                   help="graph: the compat.v1 in-graph replicated bench (default); fit: "
+                        "tf_keras fit under ParameterServerStrategy with the TicTac "
+                        "callback, comparing TensorFlow's order, declared, first-use, "
+                        "paced random, TIC and TAC in the order check's interleaved "
+                        "blocks (--check-rounds, --check-block-steps; bench/fit_mode.py)")
+    p.add_argument("--min-shard-bytes", type=int, default=None, metavar="N",
+                   help="--frontend fit: shard variables with MinSizePartitioner(N, "
+                        "max_shards=#PS) (default 262144, the PS tutorial's; 0: none)")
     p.add_argument("--mode", default="training", choices=("training", "inference"))
     p.add_argument("--workers", type=int, default=2, help="worker tasks W (default 2)")
     p.add_argument("--ps", type=int, default=1, help="PS tasks (default 1)")
@@ -88,6 +100,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.frontend == "fit":
+        from tictac_hooks.bench.fit_mode import main_from_args
+        args.model = args.model or "dlrm"
+        return main_from_args(args)
+    from tictac_hooks.bench.user_model import refuse_in_graph_mode
+    args.model = args.model or "resnet50"
+    refuse_in_graph_mode(args.model, args.min_shard_bytes)
     from tictac_hooks.bench.runner import BenchConfig, run
     settings = dict(model=args.model, mode=args.mode, workers=args.workers, ps=args.ps,
                     bandwidth=[b for b in args.bandwidth.split(",") if b.strip()],

@@ -193,7 +193,9 @@ def _array_problem(value: Any) -> str | None:
 
 def _describe(value: Any) -> str:
     if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} ({', '.join(type(v).__name__ for v in value[:4])}{', ...' if len(value) > 4 else ''})"
+        kinds = ", ".join(type(v).__name__ for v in value[:4])
+        return (f"a {type(value).__name__} of {len(value)} "
+                f"({kinds}{', ...' if len(value) > 4 else ''})")
     shape = getattr(value, "shape", None)
     if shape is not None and hasattr(value, "dtype"):
         return f"a {type(value).__name__} of shape {tuple(shape)}"

@@ -1,0 +1,391 @@
+"""`tictac bench --frontend fit` and `--model PATH.py:FUNCTION` (issue #36).
+
+- the user-model loader's errors, each naming the file and the function;
+- the built-in workloads (dlrm, transformer) and examples/my_model.py build trainable
+  models;
+- the per-order results of an order check's block pairs;
+- one short run on a loopback cluster (2 PS, 2 workers) whose JSON has every order's
+  median step time and ratio per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tictac_hooks import cli
+from tictac_hooks.bench import fit_mode, user_model
+from tictac_hooks.bench.user_model import UserModelError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MY_MODEL = os.path.join(ROOT, "examples", "my_model.py")
+
+
+def user_file(tmp_path, body: str, name: str = "model.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+# --- resolving PATH.py:FUNCTION (no TensorFlow needed) -------------------------------------
+
+def test_missing_file_is_named(tmp_path):
+    missing = tmp_path / "nope.py"
+    with pytest.raises(UserModelError) as e:
+        user_model.resolve(f"{missing}:make")
+    assert f"{missing}:make" in str(e.value) and "no such file" in str(e.value)
+
+
+def test_missing_function_is_named_with_the_files_functions(tmp_path):
+    path = user_file(tmp_path, """
+        def build(batch_size):
+            return None
+        """)
+    with pytest.raises(UserModelError) as e:
+        user_model.resolve(f"{path}:make")
+    message = str(e.value)
+    assert f"{path}:make" in message and "has no function 'make'" in message
+    assert "build" in message  # what the file has
+
+
+def test_not_a_function(tmp_path):
+    path = user_file(tmp_path, "make = 3\n")
+    with pytest.raises(UserModelError, match=r"'make' in .*model.py is a int, not a function"):
+        user_model.resolve(f"{path}:make")
+
+
+def test_file_that_fails_to_import(tmp_path):
+    path = user_file(tmp_path, "import no_such_module_here\n")
+    with pytest.raises(UserModelError) as e:
+        user_model.resolve(f"{path}:make")
+    assert f"{path}:make" in str(e.value)
+    assert "ModuleNotFoundError" in str(e.value) and "no_such_module_here" in str(e.value)
+
+
+@pytest.mark.parametrize("spec", ["resnet", "file.py", "file.py:", ":make"])
+def test_spec_that_names_no_function(spec, tmp_path):
+    with pytest.raises(UserModelError, match="PATH.py:FUNCTION"):
+        user_model.resolve(spec)
+
+
+def test_builtins_resolve_by_name():
+    for name in ("dlrm", "transformer"):
+        source = user_model.resolve(name)
+        assert source.path is None and source.label == name and callable(source.builder)
+    assert user_model.is_model_spec("dlrm") and user_model.is_model_spec("x.py:make")
+    assert not user_model.is_model_spec("resnet50")
+
+
+def test_graph_frontend_refuses_a_user_model(capsys):
+    assert cli.main(["bench", "--model", f"{MY_MODEL}:make"]) == 2
+    err = capsys.readouterr().err
+    assert "--frontend fit" in err and "tf.compat.v1" in err
+    assert cli.main(["bench", "--model", "dlrm"]) == 2
+    assert cli.main(["bench", "--min-shard-bytes", "1000"]) == 2
+    assert "--min-shard-bytes applies to --frontend fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--mode", "inference"], "--mode inference"),
+    (["--bandwidth", "auto:2"], "one link rate"),
+    (["--bandwidth", "1gbit,2gbit"], "one link rate"),
+    (["--schedules", "tic,layer"], "distinct names from declared,first-use,random,tic,tac"),
+    (["--check-block-steps", "2"], "--check-block-steps must be in 3..1000"),
+])
+def test_fit_frontend_refuses_what_it_cannot_run(argv, message, capsys):
+    assert cli.main(["bench", "--frontend", "fit", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_orders_are_labelled_with_the_peer_they_stand_for():
+    assert "BytePS" in fit_mode.label_of("declared")
+    assert "ByteScheduler TF" in fit_mode.label_of("first-use")
+    assert fit_mode.label_of("random").endswith("paced as TicTac's")
+    assert fit_mode.label_of("default") == "TensorFlow's order (no schedule)"
+    assert fit_mode.label_of("tic") == "TIC"
+
+
+# --- what the builder returns (TensorFlow) ------------------------------------------------
+
+def load(tmp_path, body: str, batch: int = 4):
+    path = user_file(tmp_path, "import numpy as np\nimport tf_keras as keras\n"
+                     + textwrap.dedent(body))
+    return user_model.load(user_model.resolve(f"{path}:make"), batch), path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body, says", [
+    ("""
+     def make(batch_size):
+         return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+     """, "returned a Sequential; expected a tuple (model, inputs, targets)"),
+    ("""
+     def make(batch_size):
+         return keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]), np.zeros((4, 3))
+     """, "returned a tuple of 2 (Sequential, ndarray); expected a tuple"),
+    ("""
+     def make(batch_size):
+         return "model", np.zeros((4, 3)), np.zeros(4)
+     """, "returned a str as the model"),
+    ("""
+     def make(batch_size):
+         return (keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]),
+                 [1.0, 2.0], np.zeros(4))
+     """, "as the inputs: not an array"),
+    ("""
+     def make(batch_size):
+         return (keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]),
+                 {"x": np.zeros((4, 3)), "y": "text"}, np.zeros(4))
+     """, "its item 'y' is not an array"),
+    ("""
+     def make(batch_size):
+         return (keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]),
+                 np.zeros((4, 3)), np.float32(1))
+     """, "as the targets: a scalar, not a batch"),
+    ("""
+     def make(batch_size):
+         raise RuntimeError("out of ideas")
+     """, "make(4) raised RuntimeError: out of ideas"),
+])
+def test_wrong_return_value_says_what_and_where(tmp_path, body, says):
+    with pytest.raises(UserModelError) as e:
+        load(tmp_path, body)
+    assert says in str(e.value)
+    assert f"{tmp_path / 'model.py'}:make" in str(e.value)
+
+
+@pytest.mark.slow
+def test_model_that_does_not_build(tmp_path):
+    body = """
+    import tensorflow as tf
+
+    class Broken(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(4)
+
+        def call(self, x):
+            return tf.reshape(self.dense(x), (3, 7))
+
+    def make(batch_size):
+        return Broken(), np.zeros((batch_size, 3), "float32"), np.zeros(batch_size)
+    """
+    with pytest.raises(UserModelError) as e:
+        load(tmp_path, body)
+    assert "does not build on the inputs it returned" in str(e.value)
+    assert f"{tmp_path / 'model.py'}:make" in str(e.value)
+
+
+@pytest.mark.slow
+def test_model_without_trainable_variables(tmp_path):
+    body = """
+    def make(batch_size):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Flatten()])
+        return model, np.zeros((batch_size, 3), "float32"), np.zeros(batch_size)
+    """
+    with pytest.raises(UserModelError, match="no trainable variables"):
+        load(tmp_path, body)
+
+
+def _train(loaded, steps: int = 3):
+    import numpy as np
+    import tensorflow as tf
+    before = [v.numpy().copy() for v in loaded.model.trainable_variables]
+    history = loaded.model.fit(user_model.dataset(tf, loaded), steps_per_epoch=steps,
+                               epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][-1])
+    changed = [not np.array_equal(b, v.numpy())
+               for b, v in zip(before, loaded.model.trainable_variables)]
+    assert all(changed), [v.name for v, c in zip(loaded.model.trainable_variables, changed)
+                          if not c]
+
+
+@pytest.mark.slow
+def test_my_model_example_is_compiled_by_the_bench_and_trains():
+    loaded = user_model.load(user_model.resolve(f"{MY_MODEL}:make"), 8)
+    assert loaded.compiled_by == user_model.DEFAULT_COMPILE
+    names = [v.name.split("/")[1] for v in loaded.model.trainable_variables]
+    assert names[0] == "head" and names[-1] == "tokens"  # declared head first
+    _train(loaded)
+
+
+@pytest.mark.slow
+def test_dlrm_declares_tables_by_name_and_uses_its_own_order():
+    from tictac_hooks.bench import models
+    loaded = user_model.load(user_model.resolve("dlrm"), 16)
+    assert loaded.compiled_by == "the model's own compile"
+    params = fit_mode.parameters(loaded.model.trainable_variables)
+    tables = [p["name"].split("/")[1].removesuffix("_table") for p in params[:6]]
+    assert tables == sorted(models.DLRM_TABLES)  # declared in feature-name order
+    assert list(models.DLRM_USE_ORDER) != tables and set(models.DLRM_USE_ORDER) == set(tables)
+    sizes = {t: p["bytes"] for t, p in zip(tables, params)}
+    big = {t for t, b in sizes.items() if b > 256 << 10}  # sharded at the default
+    assert big == {"user_id", "ad_id"} and len(set(sizes.values())) == len(sizes)
+    assert loaded.model(loaded.inputs).shape == (16, 1)
+    _train(loaded)
+
+
+@pytest.mark.slow
+def test_transformer_ties_its_embeddings():
+    from tictac_hooks.bench import models
+    loaded = user_model.load(user_model.resolve("transformer"), 4)
+    assert loaded.compiled_by == user_model.DEFAULT_COMPILE
+    vocab, dim = models.TRANSFORMER["vocab"], models.TRANSFORMER["dim"]
+    assert loaded.model(loaded.inputs).shape == (4, models.TRANSFORMER["seq"], vocab)
+    shapes = [tuple(v.shape) for v in loaded.model.trainable_variables]
+    assert shapes.count((vocab, dim)) == 1 and (dim, vocab) not in shapes  # one table
+    assert type(loaded.model).__name__ == "TiedTransformer"  # subclassed
+    _train(loaded, steps=2)
+
+
+# --- results per order (no TensorFlow) ---------------------------------------------------------
+
+def test_order_results_per_worker():
+    """From the check's own statistics (order_check.decide on step records)."""
+    from tictac_hooks.callbacks import order_check
+    from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+    w1 = "/job:worker/replica:0/task:1/device:CPU:0"
+    records, clock = [], {w0: 0.0, w1: 0.0}
+
+    def block(worker, phase, order, times):
+        for t in [9.0] + times:  # the first step of a run straddles the change
+            n = len([r for r in records if r.worker == worker])
+            records.append(WorkerStep(worker, n, clock[worker], t, 0.0, phase,
+                                      order=order))
+            clock[worker] += t
+    for tic_t, tic_d, rnd_t, rnd_d in ((1.0, 1.2, 1.5, 1.2), (1.0, 1.1, 1.5, 1.2)):
+        block(w0, SCHEDULED, "tic", [tic_t] * 3)
+        block(w0, CHECK, None, [tic_d] * 3)
+        block(w0, SCHEDULED, "random", [rnd_t] * 3)
+        block(w0, CHECK, None, [rnd_d] * 3)
+    block(w1, SCHEDULED, "tic", [2.0] * 3)
+    block(w1, CHECK, None, [2.0] * 3)
+    check = order_check.decide(records, order_check.CheckPlan(2, 4, ("tic", "random")),
+                               "tic").to_json()
+    out = fit_mode.order_results(check, {"declared": "a recv without its position"})
+    tic = out["tic"]["workers"]["worker:0"]
+    assert tic["median_step_time_s"] == 1.0 and tic["pairs"] == 2
+    assert tic["default_median_step_time_s"] == pytest.approx(1.15)
+    assert tic["ratio_median"] == pytest.approx(1.15)
+    assert tic["ratio_min"] == pytest.approx(1.1) and tic["ratio_max"] == pytest.approx(1.2)
+    assert out["random"]["workers"]["worker:0"]["ratio_median"] == pytest.approx(0.8)
+    assert set(out["random"]["workers"]) == {"worker:0"}  # no random block on worker 1
+    assert out["tic"]["pairs"] == 3 and out["tic"]["ratio_median"] == pytest.approx(1.1)
+    # TensorFlow's order: the median of every TensorFlow block of the worker
+    assert out["default"]["workers"]["worker:0"] == {"median_step_time_s": 1.2, "blocks": 4}
+    assert out["default"]["workers"]["worker:1"]["median_step_time_s"] == 2.0
+    assert out["declared"] == {"label": fit_mode.label_of("declared"), "workers": {},
+                               "off": "a recv without its position"}
+    result = {"config": {"model": "m", "workers": 2, "ps": 2, "batch": 4, "rounds": 2,
+                         "block_steps": 4},
+              "network": {"shaped": False, "reason": "--loopback given"},
+              "stragglers": fit_mode.STRAGGLERS, "orders": out, "model": {}}
+    table = fit_mode.text_table(result)
+    assert "LOOPBACK" in table and "stragglers do not apply" in table
+    assert "declared   off: a recv without its position" in table
+    assert "tic        worker:0     1000.0  1.150 (1.100..1.200, 2)" in table
+
+
+# --- a short run on a loopback cluster ---------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_fit_bench_on_loopback(tmp_path):
+    out = tmp_path / "fit.json"
+    argv = [sys.executable, "-m", "tictac_hooks.cli", "bench", "--frontend", "fit",
+            "--model", "examples/my_model.py:make", "--loopback", "--quick",
+            "--workers", "2", "--ps", "2", "--json", str(out)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == "fit" and result["git_commit"]
+    assert "--frontend fit" in result["command_line"]
+    assert result["network"] == {"shaped": False, "reason": "--loopback given"}
+    assert "do not apply" in result["stragglers"]
+    assert result["model"]["compiled_by"] == user_model.DEFAULT_COMPILE
+    # the 640 kB token table, sharded over both PS at the default 256 KiB
+    shards = {p["name"].split("/")[1]: p["shards"] for p in result["model"]["variables"]}
+    assert shards["tokens"] == 2 and shards["head"] == 1
+    expected = {"declared", "first-use", "random", "tic", "tac"}
+    orders = result["orders"]
+    workers = {"worker:0", "worker:1"}
+    assert set(orders["default"]["workers"]) == workers
+    for s in orders["default"]["workers"].values():
+        assert s["median_step_time_s"] > 0
+    for label in expected:
+        assert set(orders[label]["workers"]) == workers, (label, orders[label])
+        for s in orders[label]["workers"].values():
+            assert s["median_step_time_s"] > 0 and s["pairs"] >= 1
+            assert 0 < s["ratio_min"] <= s["ratio_median"] <= s["ratio_max"]
+    assert not result["off"], result["off"]
+    for label in ("default", *expected):
+        assert f"\n  {label:<10} worker:0" in proc.stdout, proc.stdout
+
+
+# --- the order check with the baselines as candidates (in-process gate, no cluster) ---------
+
+def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
+    """The controller's ``check_extra`` orders are candidates of the check like TIC:
+    each gets its blocks, labelled by the gate with its name, and its block pairs; an
+    order that cannot be computed is left out with why (``check_off``)."""
+    from test_frontends import PS, PROFILE_STEPS, Workers, _dag, _keras
+
+    from tictac_hooks.callbacks import order_check
+    from tictac_hooks.callbacks.frontend import StepDAG
+    from tictac_hooks.enforce import inprocess
+    from tictac_hooks.enforce.gate import Gate
+    rounds, block = 2, 3
+    extra = {label: label for label in fit_mode.BASELINES}
+    extra["nonsense"] = "no-such-order"
+    graph = _dag()
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=rounds, check_block_steps=block, recheck_every=0)
+    gate = Gate(skip_after_s=5.0, window_bytes=0)
+    with inprocess.serve_in_process(PS, gate):
+        cb, begin, step, end = _keras(settings, StepDAG(graph), monkeypatch)
+        workers = Workers(gate, graph, seed=4)
+        begin()
+        cb.controller.check_extra = dict(extra)
+        ran, i = [], 0
+        while not cb.controller.check_results:
+            workers.step()
+            ran.append(gate.records()[-1]["algorithm"])
+            step(i)
+            i += 1
+            assert i < 500
+        summary = end()
+        workers.close()
+    off = cb.controller.check_off
+    assert "no-such-order" in off["nonsense"] and "tac" in off  # no compute times
+    measured = ["tic"] + [label for label in extra if label not in off]
+    assert {"tic", "first-use", "random"} <= set(measured)
+    plan = order_check.CheckPlan(rounds, block, tuple(measured))
+    during = ran[PROFILE_STEPS:PROFILE_STEPS + plan.total_steps + 1]
+    assert during == ["tic"] + [plan.block(n) for n in range(plan.total_steps)], ran
+    check = summary["check"]
+    assert set(check["candidates"]) == set(measured)
+    assert all(c["pairs"] == rounds for c in check["candidates"].values())
+    per_worker = cb.controller.check_results[-1].candidate_workers
+    assert set(per_worker) == set(measured)
+    results = fit_mode.order_results(cb.controller.check_results[-1].to_json(), off)
+    assert set(results) == set(measured) | set(off) | {"default"}
+    assert results["first-use"]["workers"]["worker:0"]["pairs"] == rounds
+
+
+def test_parameters_group_the_shards_of_a_variable():
+    import types
+
+    def var(name, n):
+        return types.SimpleNamespace(name=name, dtype=types.SimpleNamespace(size=4),
+                                     shape=types.SimpleNamespace(num_elements=lambda: n))
+    got = fit_mode.parameters([var("m/emb/part_0:0", 6), var("m/emb/part_1:0", 4),
+                               var("m/dense/kernel:0", 3)])
+    assert got == [{"name": "m/emb", "bytes": 40, "shards": 2},
+                   {"name": "m/dense/kernel", "bytes": 12, "shards": 1}]

@@ -1,0 +1,423 @@
+"""`tictac bench --frontend fit`: the orders compared under tf_keras ``fit`` with
+ParameterServerStrategy, the way PS users train, on the user's own model.
+
+A local cluster (``--ps`` PS tasks with TicTac's native gate, ``--workers`` workers, a
+chief), every task in its own network namespace behind a link shaped to one rate where
+root and ``tc`` are available, else on loopback (said in the output and the JSON). The
+coordinator (a child process on the chief's host, as examples/pss_cluster.py runs it)
+builds the model with ``FUNCTION(batch_size)`` under the strategy's scope
+(bench/user_model.py; the strategy's ``variable_partitioner`` is
+``MinSizePartitioner(--min-shard-bytes, max_shards=#PS)``), and trains it with
+``model.fit`` on the one batch repeated, with the ``TicTac`` callback: the main job's
+path. The callback profiles, switches, then runs its order check (order_check.py) with
+every order to compare as a candidate: rounds of (candidate order, TensorFlow's order)
+block pairs of ``--check-block-steps`` steps, interleaved in the one run. Once the
+check decides, fit stops; the per-worker block medians of every pair give each order's
+median step time and its ratio to TensorFlow's order (median and range over pairs).
+
+Orders: TensorFlow's (the check's D blocks, no schedule), ``declared`` (the variable
+list order: BytePS, ByteScheduler's PyTorch/MXNet plugins, P3), ``first-use`` (by first
+consumer in the traced step: ByteScheduler's TensorFlow plugin),
+``random`` (a fixed random order, paced as TicTac's are), TIC and TAC. Orders that
+cannot be computed are listed as off, with why. Training is asynchronous (each worker
+runs its own steps against the PSes): there are no stragglers to wait for, so the
+straggler statistics of the compat.v1 bench do not apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+from tictac_hooks.bench import user_model
+
+# The baselines the check measures beside TicTac's own TIC and TAC (always measured).
+BASELINES = ("declared", "first-use", "random")
+ORDERS = BASELINES + ("tic", "tac")
+DEFAULT = "default"
+def label_of(order: str) -> str:
+    """What an order stands for (graph/algorithms.py PEER_LABELS; "random" paced as
+    TicTac's orders are, "default" TensorFlow's order)."""
+    from tictac_hooks.graph.algorithms import PEER_LABELS, canonical_algorithm
+    if order == DEFAULT:
+        return "TensorFlow's order (no schedule)"
+    label = PEER_LABELS.get(canonical_algorithm(order, quiet=True), order)
+    return label + (", paced as TicTac's" if order == "random" else "")
+STRAGGLERS = ("do not apply: fit under ParameterServerStrategy trains asynchronously, "
+              "each worker runs its own steps and none waits for another")
+DEFAULT_RATE = "1gbit"
+DEFAULT_BATCH = 64
+STEPS_PER_EPOCH = 500
+
+
+@dataclasses.dataclass
+class FitConfig:
+    """One fit-mode run (see ``tictac bench --help``)."""
+
+    model: str = "dlrm"
+    workers: int = 2
+    ps: int = 2
+    batch: int | None = None        # default: the built-in's, else DEFAULT_BATCH
+    rate: str = DEFAULT_RATE        # the shaped links' rate
+    loopback: bool = False
+    orders: Sequence[str] = ORDERS
+    rounds: int = 3                 # block pairs per order
+    block_steps: int = 20           # training steps per block
+    profile_steps: int = 20
+    min_shard_bytes: int = 256 << 10  # 0: no partitioner
+    timeout_s: float = 1800.0
+    max_steps: int = 1_000_000      # fit's bound; the check's end stops it first
+
+    def validate(self) -> None:
+        from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
+        for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("rounds", 1, 20),
+                             ("block_steps", MIN_CHECK_BLOCK_STEPS, 1000),
+                             ("profile_steps", 1, 1000), ("min_shard_bytes", 0, 1 << 40)):
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                flag = {"rounds": "check-rounds", "block_steps": "check-block-steps",
+                        "profile_steps": "profile-steps"}.get(name, name.replace("_", "-"))
+                raise ValueError(f"--{flag} must be in {lo}..{hi}, got {value}")
+        bad = [o for o in self.orders if o not in ORDERS]
+        if bad or len(set(self.orders)) != len(self.orders):
+            raise ValueError(f"--schedules in fit mode: distinct names from "
+                             f"{','.join(ORDERS)} (TensorFlow's order is always measured), "
+                             f"got {','.join(self.orders)}")
+        if self.batch is not None and self.batch < 1:
+            raise ValueError(f"--batch must be >= 1, got {self.batch}")
+        from tictac_hooks.cluster.netns import rate_bits
+        rate_bits(self.rate)
+
+    def batch_size(self) -> int:
+        from tictac_hooks.bench.models import DEFAULT_BATCH as BUILTIN_BATCH
+        return self.batch or BUILTIN_BATCH.get(self.model, DEFAULT_BATCH)
+
+
+# --- the parent: cluster, coordinator, result ---------------------------------------------
+
+def run(config: FitConfig, argv: Sequence[str] | None = None,
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Runs the benchmark and returns the result JSON (see :func:`text_table`)."""
+    from tictac_hooks.cluster import netns
+    from tictac_hooks.cluster.launcher import ClusterError, LocalCluster
+    config.validate()
+    say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
+    source = user_model.resolve(config.model)  # a bad file or function: before any cluster
+    if config.loopback:
+        shaped, why = False, "--loopback given"
+    else:
+        shaped, why = netns.available()
+    network: dict[str, Any] = {"shaped": shaped}
+    if shaped:
+        network["rate"] = config.rate
+    else:
+        network["reason"] = why
+        say("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to LOOPBACK: "
+            "these numbers do NOT measure a shaped link; TicTac's gains\nneed a "
+            "communication-bound setting. Run as root with iproute2 (tc).\n" + "=" * 78)
+    started = time.time()
+    kwargs = dict(num_ps=config.ps, num_workers=config.workers, rendezvous=True, chief=True,
+                  env={"TF_USE_LEGACY_KERAS": "1"})
+    with tempfile.TemporaryDirectory(prefix="tictac-fitbench-") as tmp:
+        cfg = {"model": config.model, "batch": config.batch_size(),
+               "orders": {o: o for o in config.orders if o in BASELINES},
+               "rounds": config.rounds, "block_steps": config.block_steps,
+               "profile_steps": config.profile_steps, "ps": config.ps,
+               "min_shard_bytes": config.min_shard_bytes, "max_steps": config.max_steps,
+               "link_bytes_per_s": netns.rate_bits(config.rate) // 8 if shaped else None,
+               "out": os.path.join(tmp, "result.json")}
+        try:
+            if shaped:
+                netns.cleanup_stale()
+                hosts = netns.cluster_hosts(config.ps, config.workers, chief=True, clients=())
+                with netns.ShapedNetwork(hosts, rate=config.rate) as net, \
+                        LocalCluster(network=net, **kwargs) as cluster:
+                    say(f"[bench fit] shaped network: {len(hosts)} namespaces, links at "
+                        f"{config.rate}")
+                    code = _coordinate(cluster, cfg, tmp, "chief", config.timeout_s)
+            else:
+                with LocalCluster(**kwargs) as cluster:
+                    code = _coordinate(cluster, cfg, tmp, None, config.timeout_s)
+        except ClusterError as e:
+            raise RuntimeError(f"tictac bench --frontend fit: {e}") from None
+        try:
+            with open(cfg["out"]) as f:
+                result = json.load(f)
+        except (OSError, json.JSONDecodeError):
+            result = {}
+    if result.get("model_error"):
+        raise user_model.UserModelError(result["model_error"])
+    if code or result.get("error") or not result:
+        raise RuntimeError(f"tictac bench --frontend fit: the coordinator failed (exit "
+                           f"{code}): {result.get('error') or 'no result written'}")
+    return {
+        "benchmark": "fit",
+        "git_commit": git_commit(),
+        "command": list(argv) if argv is not None else list(sys.argv),
+        "command_line": shlex.join(argv if argv is not None else sys.argv),
+        "config": {**dataclasses.asdict(config), "orders": list(config.orders),
+                   "batch": config.batch_size(), "model_label": source.label},
+        "network": network,
+        "stragglers": STRAGGLERS,
+        "ratio": "median(TensorFlow's order) / median(this order) in each block pair of "
+                 "one worker: > 1, this order is faster (1 + its throughput gain)",
+        "wall_s": time.time() - started,
+        **result,
+    }
+
+
+def _coordinate(cluster: Any, cfg: dict, tmp: str, host: str | None,
+                timeout_s: float) -> int:
+    cfg = dict(cfg, cluster_spec=cluster.spec)
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    argv = [sys.executable, "-m", "tictac_hooks.bench.fit_mode", path]
+    (code,) = cluster.run_clients([argv], host=host, dead_task_grace_s=10.0,
+                                  timeout_s=timeout_s, workers_may_die=True)
+    return code
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout this package runs from (None outside git)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        out = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode:
+        return None
+    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10).stdout.strip()
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+# --- the coordinator (a child process) --------------------------------------------------------
+
+def _tictac_class() -> type:
+    from tictac_hooks.callbacks.keras_callback import TicTac
+
+    class BenchTicTac(TicTac):
+        """TicTac with the baselines as more order-check candidates; stops fit once the
+        check decided (or the switch failed)."""
+
+        def __init__(self, extra: Mapping[str, str], **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self.extra = dict(extra)
+
+        def _begin(self, mode: str) -> None:
+            super()._begin(mode)
+            self.controller.check_extra = dict(self.extra)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            super().on_train_batch_end(batch, logs)
+            c = self.controller
+            if c is not None and (c.check_results or c.not_ordered_reason):
+                self.model.stop_training = True
+    return BenchTicTac
+
+
+def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """model.fit under ParameterServerStrategy with the TicTac callback; the result."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import warnings
+    warnings.filterwarnings("ignore", message="To make it possible to preserve tf.data")
+    import tensorflow as tf
+    import tf_keras as keras
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cfg["cluster_spec"]), task_type="chief", task_id=0,
+        rpc_layer="grpc")
+    partitioner = None
+    if cfg["min_shard_bytes"]:
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=cfg["min_shard_bytes"], max_shards=cfg["ps"])
+    strategy = tf.distribute.experimental.ParameterServerStrategy(
+        resolver, variable_partitioner=partitioner)
+    source = user_model.resolve(cfg["model"])
+    keras.utils.set_random_seed(7)
+    with strategy.scope():
+        loaded = user_model.load(source, cfg["batch"], keras)
+    model = loaded.model
+    variables = parameters(model.trainable_variables)
+    print(f"[bench fit] {source.label}: {len(variables)} trainable variables, "
+          f"{sum(v['bytes'] for v in variables) / 2**20:.1f} MiB, "
+          f"{sum(v['shards'] > 1 for v in variables)} sharded over {cfg['ps']} PS; "
+          f"compiled with {loaded.compiled_by}", flush=True)
+    tictac = _tictac_class()(
+        cfg["orders"], algorithm="tic", profile_steps=cfg["profile_steps"],
+        check_rounds=cfg["rounds"], check_block_steps=cfg["block_steps"], recheck_every=0,
+        bandwidth=cfg["link_bytes_per_s"], measure_compute=True)
+    epochs = max(1, -(-cfg["max_steps"] // STEPS_PER_EPOCH))
+    model.fit(user_model.dataset(tf, loaded), epochs=epochs, steps_per_epoch=STEPS_PER_EPOCH,
+              callbacks=[tictac], verbose=0)
+    c = tictac.controller
+    summary = tictac.summary or {}
+    if not c.check_results:
+        raise RuntimeError(c.not_ordered_reason or "the order check did not finish")
+    check = c.check_results[-1].to_json()
+    off = dict(c.check_off)
+    if c.tac_off:
+        off.setdefault("tac", c.tac_off)
+    return {
+        "model": {"spec": cfg["model"], "label": source.label, "name": model.name,
+                  "batch": cfg["batch"], "compiled_by": loaded.compiled_by,
+                  "variables": variables},
+        "orders": order_results(check, off),
+        "off": off,
+        "check": check,
+        "tictac": {k: summary[k] for k in ("coverage", "order", "records", "hook", "tac_off")
+                   if k in summary},
+    }
+
+
+def parameters(variables: Sequence[Any]) -> list[dict[str, Any]]:
+    """The model's parameters in ``trainable_variables`` order, each with its bytes and
+    the shards the partitioner cut it into (ParameterServerStrategy lists the shards
+    of a ShardedVariable, ``.../part_<i>:0``, one after the other), named without
+    the ``:0``."""
+    out: dict[str, dict[str, Any]] = {}
+    for v in variables:
+        name = re.sub(r"(/part_\d+)?(:\d+)?$", "", v.name)
+        entry = out.setdefault(name, {"name": name, "bytes": 0, "shards": 0})
+        entry["bytes"] += int(v.shape.num_elements() or 0) * v.dtype.size
+        entry["shards"] += 1
+    return list(out.values())
+
+
+def order_results(check: Mapping[str, Any], off: Mapping[str, str]) -> dict[str, Any]:
+    """Per order, per worker (``worker:0``, ...), from an order check's result
+    (``CheckResult.to_json()``): the median step time; for each order but TensorFlow's,
+    its ratio to TensorFlow's order in each of its block pairs (median, range, pairs) and
+    the median of the TensorFlow blocks it was paired with; for TensorFlow's order, the
+    median of all its blocks' medians. Orders in ``off`` (label -> why) are listed off."""
+    from tictac_hooks.graph.tf.naming import task_of
+    from tictac_hooks.records import CHECK
+    out: dict[str, Any] = {}
+    for label, by_worker in sorted(check.get("candidate_workers", {}).items()):
+        workers = {}
+        for device, w in sorted(by_worker.items()):
+            if not w.get("pairs"):
+                continue
+            workers[task_of(device) or device] = {
+                "median_step_time_s": w["tictac_median_step_time"],
+                "default_median_step_time_s": w["default_median_step_time"],
+                "pairs": w["pairs"], "ratio_median": w["ratio_median"],
+                "ratio_min": w["ratio_min"], "ratio_max": w["ratio_max"]}
+        out[label] = {"label": label_of(label), "workers": workers,
+                      **check.get("candidates", {}).get(label, {"pairs": 0})}
+    default = {}
+    for device, blocks in sorted(check.get("blocks", {}).items()):
+        medians = [median for phase, median, _ in blocks if phase == CHECK]
+        if medians:
+            default[task_of(device) or device] = {
+                "median_step_time_s": statistics.median(medians), "blocks": len(medians)}
+    out[DEFAULT] = {"label": label_of(DEFAULT), "workers": default}
+    for label, why in off.items():
+        out.setdefault(label, {"label": label_of(label), "workers": {}, "off": why})
+    return out
+
+
+def text_table(result: Mapping[str, Any]) -> str:
+    """A short table: per order and worker, median step time and ratio to TF's order."""
+    cfg, net = result["config"], result["network"]
+    where = (f"shaped links at {net['rate']}" if net.get("shaped")
+             else f"LOOPBACK, not shaped ({net.get('reason')})")
+    model = result.get("model", {})
+    lines = [f"tictac bench --frontend fit: {model.get('label', cfg['model'])}, "
+             f"{cfg['workers']} workers, {cfg['ps']} PS, batch {cfg['batch']}, {where}",
+             f"  model compiled with {model.get('compiled_by')}; "
+             f"{cfg['rounds']} round(s) of {cfg['block_steps']}-step block pairs per order",
+             f"  stragglers {result['stragglers']}",
+             f"  ratio = TensorFlow's median / the order's median per block pair "
+             f"(> 1: faster); range over pairs",
+             f"  {'order':<10} {'worker':<9} {'median ms':>9}  ratio (range, pairs)"]
+    orders = result["orders"]
+    for label in (DEFAULT,) + ORDERS:
+        entry = orders.get(label)
+        if entry is None:
+            continue
+        if entry.get("off"):
+            lines.append(f"  {label:<10} off: {entry['off']}")
+            continue
+        for worker, s in entry["workers"].items():
+            line = f"  {label:<10} {worker:<9} {s['median_step_time_s'] * 1e3:>9.1f}"
+            if "ratio_median" in s:
+                line += (f"  {s['ratio_median']:.3f} ({s['ratio_min']:.3f}.."
+                         f"{s['ratio_max']:.3f}, {s['pairs']})")
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def config_from_args(args: Any) -> FitConfig:
+    """The FitConfig of `tictac bench --frontend fit` arguments (bench/cli.py)."""
+    if args.mode != "training":
+        raise ValueError("--frontend fit trains (model.fit): --mode inference is the "
+                         "compat.v1 bench's (--frontend graph)")
+    rates = [b.strip() for b in args.bandwidth.split(",") if b.strip()]
+    if rates == ["auto"]:
+        rate = DEFAULT_RATE  # the compat.v1 default; fit mode has no profiled rate sweep
+    elif len(rates) == 1 and not rates[0].startswith("auto"):
+        rate = rates[0]
+    else:
+        raise ValueError(f"--frontend fit runs at one link rate (e.g. --bandwidth 1gbit; "
+                         f"default {DEFAULT_RATE}), got --bandwidth {args.bandwidth}")
+    settings: dict[str, Any] = dict(
+        model=args.model, workers=args.workers, ps=args.ps, batch=args.batch, rate=rate,
+        loopback=args.loopback, timeout_s=args.timeout)
+    if args.schedules is not None:
+        settings["orders"] = [s.strip() for s in args.schedules.split(",") if s.strip()]
+    if args.check_rounds is not None:
+        settings["rounds"] = args.check_rounds
+    if args.check_block_steps is not None:
+        settings["block_steps"] = args.check_block_steps
+    if args.min_shard_bytes is not None:
+        settings["min_shard_bytes"] = args.min_shard_bytes
+    if args.quick:  # a smoke run: two rounds, short blocks, short profile
+        settings.setdefault("rounds", 2)
+        settings.setdefault("block_steps", max(12, 6 * args.workers))
+        settings["profile_steps"] = 8
+    return FitConfig(**settings)
+
+
+def main_from_args(args: Any) -> int:
+    """`tictac bench --frontend fit`: runs, prints the table, writes the JSON."""
+    config = config_from_args(args)  # a ValueError (UserModelError too): `tictac` says it
+    result = run(config, argv=[os.path.basename(sys.argv[0]) or "tictac", *sys.argv[1:]])
+    print(text_table(result))
+    if args.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+def _coordinator_main(path: str) -> int:
+    with open(path) as f:
+        cfg = json.load(f)
+    try:
+        result = coordinate(cfg)
+        code = 0
+    except user_model.UserModelError as e:
+        result, code = {"model_error": str(e)}, 2
+    except Exception as e:  # noqa: BLE001 - said in the result, and on stderr
+        import traceback
+        traceback.print_exc()
+        result, code = {"error": f"{type(e).__name__}: {e}"}, 1
+    with open(cfg["out"], "w") as f:
+        json.dump(result, f)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(_coordinator_main(sys.argv[1]))
