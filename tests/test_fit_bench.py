@@ -96,10 +96,18 @@ def test_graph_frontend_refuses_a_user_model(capsys):
     (["--bandwidth", "1gbit,2gbit"], "one link rate"),
     (["--schedules", "tic,layer"], "distinct names from declared,first-use,random,tic,tac"),
     (["--check-block-steps", "2"], "--check-block-steps must be in 3..1000"),
+    (["--backend", "proxy"], "leave out --backend proxy"),
 ])
 def test_fit_frontend_refuses_what_it_cannot_run(argv, message, capsys):
     assert cli.main(["bench", "--frontend", "fit", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_fit_frontend_names_a_bad_model_before_starting_a_cluster(tmp_path, capsys):
+    path = user_file(tmp_path, "def build(batch_size):\n    return None\n")
+    assert cli.main(["bench", "--frontend", "fit", "--model", f"{path}:make"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:make" in err and "has no function 'make'" in err
 
 
 def test_orders_are_labelled_with_the_peer_they_stand_for():

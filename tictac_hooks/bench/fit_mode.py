@@ -40,10 +40,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks.bench import user_model
 
-# The baselines the check measures beside TicTac's own TIC and TAC (always measured).
+# The baselines the check measures beside TicTac's own TIC and TAC. TIC and TAC are
+# always measured (the callback's own candidates; TAC where its compute profile and
+# transfer times exist), TensorFlow's order too (the check's D blocks); ``orders``
+# (--schedules) picks the baselines.
 BASELINES = ("declared", "first-use", "random")
 ORDERS = BASELINES + ("tic", "tac")
 DEFAULT = "default"
+STRAGGLERS = ("do not apply: fit under ParameterServerStrategy trains asynchronously, "
+              "each worker runs its own steps and none waits for another")
+DEFAULT_RATE = "1gbit"
+DEFAULT_BATCH = 64
+STEPS_PER_EPOCH = 500
+
+
 def label_of(order: str) -> str:
     """What an order stands for (graph/algorithms.py PEER_LABELS; "random" paced as
     TicTac's orders are, "default" TensorFlow's order)."""
@@ -52,11 +62,6 @@ def label_of(order: str) -> str:
         return "TensorFlow's order (no schedule)"
     label = PEER_LABELS.get(canonical_algorithm(order, quiet=True), order)
     return label + (", paced as TicTac's" if order == "random" else "")
-STRAGGLERS = ("do not apply: fit under ParameterServerStrategy trains asynchronously, "
-              "each worker runs its own steps and none waits for another")
-DEFAULT_RATE = "1gbit"
-DEFAULT_BATCH = 64
-STEPS_PER_EPOCH = 500
 
 
 @dataclasses.dataclass
@@ -363,6 +368,9 @@ def config_from_args(args: Any) -> FitConfig:
     if args.mode != "training":
         raise ValueError("--frontend fit trains (model.fit): --mode inference is the "
                          "compat.v1 bench's (--frontend graph)")
+    if args.backend != "native":
+        raise ValueError("--frontend fit runs the PSes with the native gate (the TicTac "
+                         "callback's path): leave out --backend proxy")
     rates = [b.strip() for b in args.bandwidth.split(",") if b.strip()]
     if rates == ["auto"]:
         rate = DEFAULT_RATE  # the compat.v1 default; fit mode has no profiled rate sweep
