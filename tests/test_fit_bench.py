@@ -313,8 +313,9 @@ def test_fit_bench_on_loopback(tmp_path):
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
     result = json.loads(out.read_text())
-    assert result["benchmark"] == "fit" and result["git_commit"]
-    assert "--frontend fit" in result["command_line"]
+    assert result["benchmark"] == "fit" and result["commit"]
+    assert isinstance(result["dirty"], bool)
+    assert result["command"].startswith("tictac bench --frontend fit --model examples/")
     assert result["network"] == {"shaped": False, "reason": "--loopback given"}
     assert "do not apply" in result["stragglers"]
     assert result["model"]["compiled_by"] == user_model.DEFAULT_COMPILE

@@ -30,9 +30,7 @@ import dataclasses
 import json
 import os
 import re
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -164,11 +162,10 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
     if code or result.get("error") or not result:
         raise RuntimeError(f"tictac bench --frontend fit: the coordinator failed (exit "
                            f"{code}): {result.get('error') or 'no result written'}")
+    from tictac_hooks.bench.runner import provenance
     return {
         "benchmark": "fit",
-        "git_commit": git_commit(),
-        "command": list(argv) if argv is not None else list(sys.argv),
-        "command_line": shlex.join(argv if argv is not None else sys.argv),
+        **provenance(argv),  # commit, dirty, command
         "config": {**dataclasses.asdict(config), "orders": list(config.orders),
                    "batch": config.batch_size(), "model_label": source.label},
         "network": network,
@@ -190,21 +187,6 @@ def _coordinate(cluster: Any, cfg: dict, tmp: str, host: str | None,
     (code,) = cluster.run_clients([argv], host=host, dead_task_grace_s=10.0,
                                   timeout_s=timeout_s, workers_may_die=True)
     return code
-
-
-def git_commit() -> str | None:
-    """The commit of the checkout this package runs from (None outside git)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode:
-        return None
-    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, timeout=10).stdout.strip()
-    return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
 # --- the coordinator (a child process) --------------------------------------------------------
@@ -400,7 +382,7 @@ def config_from_args(args: Any) -> FitConfig:
 def main_from_args(args: Any) -> int:
     """`tictac bench --frontend fit`: runs, prints the table, writes the JSON."""
     config = config_from_args(args)  # a ValueError (UserModelError too): `tictac` says it
-    result = run(config, argv=[os.path.basename(sys.argv[0]) or "tictac", *sys.argv[1:]])
+    result = run(config)
     print(text_table(result))
     if args.json_out:
         os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
