@@ -7,7 +7,8 @@
 - :mod:`~tictac_hooks.bench.workloads` the Keras application models, in-graph replicated;
 - :mod:`~tictac_hooks.bench.metrics` the per-schedule metrics (no TensorFlow);
 - :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files;
-  its sections: :mod:`~tictac_hooks.bench.gains` (the gains over the baselines),
+  its sections: :mod:`~tictac_hooks.bench.gains` (the gains and where they come
+  from), :mod:`~tictac_hooks.bench.limit` (the distance to the link's limit),
   :mod:`~tictac_hooks.bench.expected` (the expected figures),
   :mod:`~tictac_hooks.bench.accuracy` (simulated against measured) and
   :mod:`~tictac_hooks.bench.plots` (matplotlib, imported lazily);

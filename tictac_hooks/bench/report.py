@@ -1,17 +1,21 @@
 """Markdown tables and PNG plots from `tictac bench` result JSON files.
 
 ``tictac bench-report A.json B.json ... --out DIR`` writes ``DIR/report.md`` with one
-results table (one row per configuration, bandwidth and schedule), the runs against the
-expected figures (the README's "What to expect"), the simulator's step time per order
-beside the measured one, and three kinds of plot: gain against comm/comp per order,
-measured and simulated, for every configuration run at several ratios (a sweep); the
-step-time CDF per schedule of every configuration; and throughput relative to
-TensorFlow's default per model. The plots need matplotlib (the ``bench`` extra:
-``pip install tictac-hooks[bench]``); without it the Markdown is written alone.
+results table (one row per configuration, bandwidth and schedule), where TicTac's gain
+comes from (the paced service against the order), each run's distance to the link's
+limit, the runs against the expected figures (the README's "What to expect"), the
+simulator's step time per order beside the measured one, and three kinds of plot: gain
+against comm/comp per order, measured and simulated, for every configuration run at
+several ratios (a sweep); the step-time CDF per schedule of every configuration; and
+throughput relative to TensorFlow's default per model. The plots need matplotlib (the
+``bench`` extra: ``pip install tictac-hooks[bench]``); without it the Markdown is
+written alone.
 
-This module writes the tables and the file; the lines against the expected figures are
-:mod:`~tictac_hooks.bench.expected`'s, the simulator's section
-:mod:`~tictac_hooks.bench.accuracy`'s, the plots :mod:`~tictac_hooks.bench.plots`'s.
+This module writes the tables and the file; the decomposition is
+:mod:`~tictac_hooks.bench.gains`'s, the distance :mod:`~tictac_hooks.bench.limit`'s,
+the lines against the expected figures :mod:`~tictac_hooks.bench.expected`'s, the
+simulator's section :mod:`~tictac_hooks.bench.accuracy`'s, the plots
+:mod:`~tictac_hooks.bench.plots`'s.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Callable, Sequence
 
 from tictac_hooks.bench.accuracy import prediction_section
 from tictac_hooks.bench.expected import targets
-from tictac_hooks.bench.gains import same_path_gain
+from tictac_hooks.bench.gains import decomposition_section, same_path_gain
 from tictac_hooks.bench.gains import fmt as _fmt
+from tictac_hooks.bench.limit import limit_section
 from tictac_hooks.bench.plots import BENCH_EXTRA, pyplot, write_plots
 from tictac_hooks.records import BenchRun, Comparison, RateRun, ScheduleSummary
 
@@ -105,8 +110,9 @@ def unscheduled_section(results: Sequence[BenchRun], schedule: str = "tic",
 
 def load_results(paths: Sequence[str], repredict: bool = False) -> list[BenchRun]:
     """The result JSONs; ``repredict``: each run's ``predicted_step_s`` recomputed by
-    the current simulator from the inputs saved beside its result (a result without
-    them keeps the predictions it was written with)."""
+    the current simulator from the inputs saved beside its result, the inputs kept on
+    the run (``sim_inputs``: the distance to the limit reads the traced pushes there;
+    a result without them keeps the predictions it was written with)."""
     from tictac_hooks.bench.predict import load_inputs, repredict as predict_again
     results = []
     for path in paths:
@@ -119,7 +125,8 @@ def load_results(paths: Sequence[str], repredict: bool = False) -> list[BenchRun
                                  f"for {len(inputs)}")
             result = dataclasses.replace(result, runs=tuple(
                 run if data is None else
-                dataclasses.replace(run, predicted_step_s=predict_again(data))
+                dataclasses.replace(run, predicted_step_s=predict_again(data),
+                                    sim_inputs=data)
                 for run, data in zip(result.runs, inputs)))
         results.append(result)
     return results
@@ -152,7 +159,15 @@ def write_report(paths: Sequence[str], out_dir: str, repredict: bool = False,
                   f", load avg {before.loadavg_1m:.2f} before / "
                   f"{after.loadavg_1m:.2f} after on {before.cpus} CPUs, "
                   f"{result.wall_s:.0f} s; {source_line(result)}")
-    md += ["", text_table(results), "", "## Against the expected figures", ""]
+    md += ["", text_table(results)]
+    decomposition = decomposition_section(results)
+    if decomposition:
+        md += ["", "## Where the gain comes from: the service and the order", ""] + \
+            decomposition
+    distance = limit_section(results)
+    if distance:
+        md += ["", "## Distance to the link's limit", ""] + distance
+    md += ["", "## Against the expected figures", ""]
     md += targets(results)
     unscheduled = unscheduled_section(results)
     if unscheduled:
