@@ -101,6 +101,11 @@ def test_the_report_shows_both_parts_and_the_ratio(tmp_path, monkeypatch):
     assert ("| resnet50/inference/W2/P1 | 1464mbit | 1200 | 1031 | - | 1200 | tic 1725 "
             "| 1.44x | 2229 | 1.86x |") in inference
     assert not any("pushes taken" in line for line in inference)
+    assert not any("LOOPBACK" in line for line in lines)
+    loopback = dataclasses.replace(_bench(), shaped=False, network_reason="not root")
+    assert limit_section([loopback])[-1] == (
+        "- LOOPBACK, no link was shaped (resnet50/training/W2/P1): the rate did not bind, "
+        "and neither does the wire part of the bound")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # the tables only
     path = tmp_path / "a.json"
     path.write_text(json.dumps(_bench().to_json()))

@@ -127,6 +127,7 @@ def limit_section(results: Sequence[BenchRun]) -> list[str]:
     step of TicTac's best order and of TensorFlow's default over it."""
     rows: list[str] = []
     sources: dict[str, set[str]] = {"compute": set(), "push": set()}
+    unshaped = [r.config.label for r in results if not r.shaped]
     for result in results:
         for run in result.runs:
             limit = link_limit(result, run)
@@ -151,6 +152,9 @@ def limit_section(results: Sequence[BenchRun]) -> list[str]:
                      "from the simulator's inputs beside it)")
     if TRACED in sources["push"]:
         notes.append("pushes as traced (the simulator's inputs)")
+    if unshaped:
+        notes.append(f"LOOPBACK, no link was shaped ({', '.join(unshaped)}): the rate did "
+                     "not bind, and neither does the wire part of the bound")
     if "" in sources["compute"]:
         notes.append("a '-' compute: the result measured no step without transfer, the "
                      "bound is the wire's alone")
