@@ -152,6 +152,13 @@ def test_saved_simulator_inputs_repredict_the_same_steps_and_rebuild_the_report(
     assert load_inputs(path) == [data]
     (run,) = load_results([path], repredict=True)[0].runs
     assert run.predicted_step_s == again
+    # the inputs stay on the run: the distance to the limit reads the traced pushes
+    # (50 bytes from each of the 2 workers into ps:0) from them
+    from tictac_hooks.bench.limit import TRACED, link_limit
+    assert run.sim_inputs == data
+    limit = link_limit(result, run)
+    assert limit.push_source == TRACED
+    assert limit.push_s == pytest.approx(2 * 50 * 8 / run.rate_bits)
     assert load_results([path])[0].runs[0].predicted_step_s == \
         result.runs[0].predicted_step_s
     save_inputs(path, [data, data])

@@ -2,9 +2,16 @@
 
 - :mod:`~tictac_hooks.bench.runner` builds the network and cluster and drives a run;
 - :mod:`~tictac_hooks.bench.client` runs inside the client's namespace;
+- :mod:`~tictac_hooks.bench.orders` the schedules it compares: names, controllers, the
+  order check, the simulator's inputs;
 - :mod:`~tictac_hooks.bench.workloads` the Keras application models, in-graph replicated;
 - :mod:`~tictac_hooks.bench.metrics` the per-schedule metrics (no TensorFlow);
 - :mod:`~tictac_hooks.bench.report` Markdown and PNG plots from result JSON files;
+  its sections: :mod:`~tictac_hooks.bench.gains` (the gains and where they come
+  from), :mod:`~tictac_hooks.bench.limit` (the distance to the link's limit),
+  :mod:`~tictac_hooks.bench.expected` (the expected figures),
+  :mod:`~tictac_hooks.bench.accuracy` (simulated against measured) and
+  :mod:`~tictac_hooks.bench.plots` (matplotlib, imported lazily);
 - :mod:`~tictac_hooks.bench.predict` the simulator's prediction of a step, per order;
 - :mod:`~tictac_hooks.bench.linkmeter` what a shaped link really carries (goodput,
   round trips, bytes through its token bucket);

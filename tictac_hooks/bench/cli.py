@@ -12,7 +12,7 @@ QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, bl
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from tictac_hooks.bench.client import CHECKED, OPTIONAL, SCHEDULES, STOCK
+    from tictac_hooks.bench.orders import CHECKED, OPTIONAL, SCHEDULES, STOCK
     from tictac_hooks.enforce.cli import window_bytes_arg
     p = sub.add_parser(
         "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",

@@ -9,7 +9,8 @@ rotating blocks. It talks to the runner on stdout/stdin: one JSON line per reque
 ``{"event": "done"}``. Progress goes to stderr; the result to ``config["out"]``: the
 profiled compute and one :class:`~tictac_hooks.records.RateRun` per rate, each with its
 simulator inputs (``sim_inputs``), which the runner reads into a
-:class:`~tictac_hooks.records.BenchRun`.
+:class:`~tictac_hooks.records.BenchRun`. The schedules' names, the controllers that
+install them and what the simulator is given are :mod:`~tictac_hooks.bench.orders`'s.
 """
 
 from __future__ import annotations
@@ -23,55 +24,13 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
-from tictac_hooks.records import (CheckSummary, ClientStep, GateStep, InRunCompute,
-                                  ProfiledCompute, RateRun, ScheduleSummary,
-                                  bytes_per_transfer)
-
-DIRECT = "none"          # TensorFlow's default: direct worker set, no rendezvous
-PASSTHROUGH = "rendezvous"  # through the rendezvous, no schedule installed
-# "first-use" was "layer" (BenchConfig takes the old name, and a result file may hold
-# it: graph/algorithms.py ALIASES); "declared" is the model's variable-list order.
-ALGORITHMS = ("tic", "tac", "random", "first-use", "declared")
-SCHEDULES = (DIRECT, PASSTHROUGH) + ALGORITHMS
-# On request, to compare the native gate's policies (gate.h) in one run. A plain name
-# ("tic") paces as TicTac does by default (align "auto": the workers of a step one after
-# the other in training, aligned in inference); "tic-aligned" aligns them, "tic-fifo"
-# serves them one after the other, whatever the mode; "tic-nopace" does not pace (each
-# transfer handed to gRPC when its turn comes, however many are on the wire).
-ALIGNED, FIFO, NOPACE = "-aligned", "-fifo", "-nopace"
-# "tic-wc": paced as "tic", with the native gate's work conservation on (gate.h): a
-# ready transfer goes out of turn once the link has idled conserve_after_s.
-WC = "-wc"
-# "stock": the interposed set with every native gate bypassed (the `bypass 1` control
-# verb): TensorFlow's own RecvTensor code in the same PS processes, workers and links,
-# so a difference between "none" and "rendezvous" can be put on the gate's code or on
-# the other path (the twin PS and the other worker tasks).
-STOCK = "stock"
-# "checked": what TicTac does by default after its switch (callbacks/order_check.py):
-# TIC and TAC each tried against TensorFlow's order in interleaved block pairs, the
-# faster kept, or the schedule cleared when neither is faster. The check runs once,
-# before the rotation; the blocks then measure what it decided.
-CHECKED = "checked"
-OPTIONAL = tuple(a + v for v in (ALIGNED, FIFO, NOPACE, WC) for a in ALGORITHMS) + (STOCK,
-                                                                                  CHECKED)
-# Calibration blocks, in every round's rotation beside the schedules (not schedules: no
-# result row): the gate with no order over the fast profiling link, and the compute
-# reference (no transfer). The simulator's compute is what they measure in the same
-# rounds as the steps it predicts, so the machine's drift between the profiling phase
-# and the blocks is not counted as model error (ResNet-50 inference: 270 ms profiled
-# over the fast link, 310-330 ms for every schedule at comm/comp 0.25 in the same run).
-FAST_LINK, NO_TRANSFER = "@fast-link", "@no-transfer"
-CALIBRATION = (FAST_LINK, NO_TRANSFER)
-
-
-def _algorithm(name: str) -> str:
-    if name == CHECKED:
-        return "tic"  # the product's default algorithm; the check also tries TAC
-    return name.removesuffix(ALIGNED).removesuffix(FIFO).removesuffix(NOPACE).removesuffix(WC)
-
-
-def _progress(cfg: dict, message: str) -> None:
-    print(f"[bench {cfg['label']}] {message}", file=sys.stderr, flush=True)
+from tictac_hooks.bench.orders import (ALGORITHMS, CALIBRATION, CHECKED, DIRECT, FAST_LINK,
+                                       NO_TRANSFER, OPTIONAL, STOCK, WC, make_controllers,
+                                       median, predict_orders, progress, run_order_check,
+                                       served_bytes_per_ps, settled_makespans,
+                                       traced_oracle, traced_pushes)
+from tictac_hooks.records import (ClientStep, GateStep, InRunCompute, ProfiledCompute, RateRun,
+                                  ScheduleSummary, bytes_per_transfer)
 
 
 def _ask(event: dict) -> str:
@@ -163,171 +122,6 @@ class Runner:
             s.close()
 
 
-def settled_makespans(step: Any, count: int, steps: int = 15) -> list[float]:
-    """Of ``steps`` steps (at least ``2 * count``), the ``count`` consecutive ones with
-    the lowest median. The first steps after start-up pay for allocation and kernel
-    selection (counting them made the compute time, and so comm/comp and E, about 30 %
-    too high on ResNet-50 training), and the step time may stay on a plateau on the way
-    down: stopping at the first window that no longer fell measured ResNet-50 training
-    at 684 ms over the fast link, then 544 ms steps over a shaped one."""
-    times = [step() for _ in range(max(steps, 2 * count))]
-    start = min(range(len(times) - count + 1),  # the lowest window, the latest of equals
-                key=lambda i: (_median(times[i:i + count]), -i))
-    return times[start:start + count]
-
-
-def served_bytes_per_ps(records: Any, ps_addresses: list[str]) -> list[float] | None:
-    """Per PS (in task order), the median over (step, worker) of the bytes it served
-    that worker in that step; None when some PS recorded no step."""
-    import statistics
-    per_ps: dict[str, list[int]] = {}
-    for rec in records:
-        if rec.bytes > 0:
-            per_ps.setdefault(rec.ps, []).append(rec.bytes)
-    if any(a not in per_ps for a in ps_addresses):
-        return None
-    return [float(statistics.median(per_ps[a])) for a in ps_addresses]
-
-
-def _oracle(graphs: dict, compute: dict, late: set, num_ps: int) -> tuple[float, list[float]]:
-    """Per-worker compute seconds (median over workers) and parameter bytes per PS per
-    worker (max over workers), from the profiled DAGs."""
-    import statistics
-    comps, per_ps = [], [0.0] * num_ps
-    for graph in graphs.values():
-        comps.append(sum(compute.get(op.name, 0.0) for op in graph.compute_ops))
-        mine = [0.0] * num_ps
-        for op in graph.recvs:
-            index = int((op.channel or "ps:0").split(":")[1])
-            if index < num_ps:
-                mine[index] += op.bytes or 0
-        per_ps = [max(a, b) for a, b in zip(per_ps, mine)]
-    return statistics.median(comps), per_ps
-
-
-def _controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late: set,
-                 rate_bits: float) -> dict:
-    """One Controller per algorithm (the TicTacHook code path), schedule computed,
-    then lifted again until its block."""
-    from tictac_hooks.callbacks.controller import Controller
-    from tictac_hooks.callbacks.settings import Settings
-    out = {}
-    for name in names:
-        # The bench compares the orders itself; only "checked" runs TicTac's own check.
-        rounds = cfg["check_rounds"] if name == CHECKED else 0
-        settings = Settings(algorithm=_algorithm(name), profile_steps=1, log_dir=None,
-                            skip_timeout=cfg["skip_timeout"], stats_every=1,
-                            window_bytes=cfg["window_bytes"], check_rounds=rounds,
-                            check_block_steps=cfg["check_block_steps"],
-                            recheck_every=0)
-        controller = Controller(cfg["ps_addresses"], settings, install=True,
-                                training=cfg["mode"] == "training")
-        if name.endswith((ALIGNED, FIFO)):
-            controller.align = name.endswith(ALIGNED)
-        controller.connect()
-        controller.switch(graphs, compute_times=compute, bandwidth=rate_bits / 8.0, late=late)
-        if name.endswith(NOPACE):
-            controller.pace_rate = 0.0  # from its first block on (switch's install is lifted)
-        controller.suspend()
-        out[name] = controller
-    return out
-
-
-def _order_check(cfg: dict, r: "Runner", controller: Any) -> CheckSummary:
-    """Runs the "checked" controller's order check (its T and D blocks, step by step
-    as a frontend dispatches them) and returns what it decided, for the result."""
-    controller.resume()
-    t0, before = time.time(), len(controller.check_results)
-    for _ in range(controller.check.total_steps + 1):  # the step after the last decides
-        r.step(0)
-        controller.step_dispatched()
-        if len(controller.check_results) > before:
-            break
-    controller.suspend()
-    result = controller.check_result if len(controller.check_results) > before else None
-    if result is None:
-        raise RuntimeError("the order check of schedule 'checked' reached no decision")
-    info = CheckSummary(decision=result.decision, kept=controller.kept_order,
-                        seconds=time.time() - t0, steps=controller.check.total_steps,
-                        candidates={c: spread.median
-                                    for c, spread in result.candidates.items()})
-    ratios = ", ".join(f"{c.upper()} {(v - 1) * 100:+.1f} %" for c, v in
-                       info.candidates.items() if v is not None)
-    _progress(cfg, f"order check ({info.steps} steps, {info.seconds:.0f} s): {ratios} "
-                   f"vs TensorFlow's order; kept {info.kept or 'TensorFlow order'}")
-    return info
-
-
-def _pushes(cfg: dict, r: "Runner", graphs: dict, traced: list
-            ) -> list[dict[str, tuple[str, int]]]:
-    """Per interposed worker its pushes to the PSes in the traced steps (training: the
-    gradients), for the simulator; says how many leave a node of the worker's DAG."""
-    from tictac_hooks.graph.tf.traced import gradient_pushes
-    out = []
-    for worker in graphs:
-        pushes, unsized = {}, 0
-        for name, (ps, size) in gradient_pushes(traced, worker).items():
-            size = size if size is not None else r.output_bytes(name)
-            if size is None:
-                unsized += 1
-            else:
-                pushes[name] = (ps, size)
-        out.append(pushes)
-        if unsized:
-            _progress(cfg, f"{worker}: {unsized} pushes of unknown size left out")
-    if any(out):
-        placed = sum(len({op.name for op in g.ops} & set(p))
-                     for g, p in zip(graphs.values(), out))
-        _progress(cfg, f"pushes to the PSes: {sum(map(len, out))} tensors, "
-                       f"{sum(b for p in out for _, b in p.values()) / 2**20:.1f} MiB over "
-                       f"the workers; {placed} leave a node of their worker's DAG, the rest "
-                       f"at the end of its compute")
-    return out
-
-
-def _predicted(cfg: dict, names: list[str], controllers: dict, compute: dict, comp: float,
-               rate_bits: float, served: dict[str, float],
-               pushes: list[dict[str, tuple[str, int]]] | None = None,
-               reference_s: float | None = None,
-               transfer_bytes: dict[str, float] | None = None
-               ) -> tuple[dict[str, dict[str, float]], dict | None]:
-    """The simulator's step seconds per model of the untraced compute (bench/predict.py)
-    and schedule, and its inputs (saved beside the result, for a re-prediction);
-    TensorFlow's order (with and without the rendezvous) is the same DAGs with no order
-    installed."""
-    from tictac_hooks.bench.predict import CPU, MODELS, inputs_to_json, predictions
-    if not controllers:
-        return {}, None
-    orders = {n: c.orders() for n, c in controllers.items()
-              if c.schedule is not None and n != CHECKED}
-    dags = next(iter(orders.values()), None) or controllers[CHECKED].orders()
-    if CHECKED in controllers:  # the order its check kept, or TensorFlow's
-        kept = controllers[CHECKED].kept_order
-        orders[CHECKED] = controllers[CHECKED].orders(kept) if kept else \
-            [(g, None) for g, _ in dags]
-    for name in names:
-        if name in (DIRECT, PASSTHROUGH, STOCK):
-            orders[name] = [(g, None) for g, _ in dags]
-    # the pacing each order runs with (TicTac's default: staggered in training)
-    align = {n: n.endswith(ALIGNED) or (not n.endswith(FIFO) and cfg["mode"] != "training")
-             for n in orders}
-    t0 = time.perf_counter()
-    out = {model: predictions(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
-                              cfg["ps"], model=model, served=served,
-                              transfer_bytes=transfer_bytes,
-                              pushes=pushes if pushes and any(pushes) else None,
-                              align=align, reference_s=reference_s)
-           for model in MODELS if reference_s or not model.startswith(CPU)}
-    for model, steps in out.items():
-        _progress(cfg, f"simulated step ms ({model} compute): "
-                  + ", ".join(f"{n} {s * 1e3:.0f}" for n, s in steps.items()))
-    _progress(cfg, f"simulated in {time.perf_counter() - t0:.1f} s")
-    inputs = inputs_to_json(orders, compute, comp, rate_bits, len(cfg["interposed_tasks"]),
-                            cfg["ps"], served, pushes if pushes and any(pushes) else None,
-                            align, reference_s, transfer_bytes)
-    return out, inputs
-
-
 def _calibration_block(cfg: dict, r: Runner, name: str, rate_bits: float) -> list[float]:
     """One calibration block's step times: FAST_LINK, the gate with no order (every
     controller is suspended between blocks) over the fast profiling link, the link
@@ -351,8 +145,8 @@ def in_run_compute(calibration: dict[str, list[float]]) -> InRunCompute | None:
     kind has none (calibration off)."""
     if not all(calibration.get(n) for n in CALIBRATION):
         return None
-    return InRunCompute(fast_link_s=_median(calibration[FAST_LINK]),
-                        compute_s=_median(calibration[NO_TRANSFER]),
+    return InRunCompute(fast_link_s=median(calibration[FAST_LINK]),
+                        compute_s=median(calibration[NO_TRANSFER]),
                         fast_link_steps=calibration[FAST_LINK],
                         compute_steps=calibration[NO_TRANSFER])
 
@@ -390,7 +184,7 @@ def run(cfg: dict) -> dict:
     r = Runner(cfg)
     names = [s for s in cfg["schedules"]]
     algos = [s for s in names if s in ALGORITHMS + OPTIONAL and s != STOCK]
-    _progress(cfg, f"graph built, parameters {r.work.param_bytes / 2**20:.1f} MiB; warm-up")
+    progress(cfg, f"graph built, parameters {r.work.param_bytes / 2**20:.1f} MiB; warm-up")
     for _ in range(cfg["warmup"]):
         for which in range(len(r.sessions)):
             r.step(which)
@@ -407,13 +201,13 @@ def run(cfg: dict) -> dict:
     fast = settled_makespans(lambda: r.step(0).makespan, count)
     local = settled_makespans(lambda: r.compute_step().makespan, count)
     graphs, compute, late, traced = r.profile()
-    pushes = _pushes(cfg, r, graphs, traced)
+    pushes = traced_pushes(cfg, r, graphs, traced)
     recv_names = {op.name for g in graphs.values() for op in g.recvs}
-    traced_comp, traced_bytes = _oracle(graphs, compute, late, cfg["ps"])
-    comp = max(traced_comp, _median(fast))
-    compute_ref = _median(local)
+    traced_comp, traced_bytes = traced_oracle(graphs, compute, late, cfg["ps"])
+    comp = max(traced_comp, median(fast))
+    compute_ref = median(local)
     compute_info = ProfiledCompute(comp_s=comp, compute_s=compute_ref,
-                                   fast_link_s=_median(fast), trace_op_sum_s=traced_comp)
+                                   fast_link_s=median(fast), trace_op_sum_s=traced_comp)
     # bytes: what each PS really served a worker per step while profiling (the gates
     # count every response). The trace's recv sizes count a tensor read over two edges
     # twice (ResNet-50 training: 180 MiB per worker against 90 MiB served), which put
@@ -421,10 +215,10 @@ def run(cfg: dict) -> dict:
     bytes_per_ps = served_bytes_per_ps(steps_everywhere(cfg["ps_addresses"]),
                                        cfg["ps_addresses"]) or \
         [max(a, b) for a, b in zip(traced_bytes, r.variable_bytes_per_ps())]
-    _progress(cfg, f"profiled: step over the fast link {comp * 1e3:.0f} ms (the rates' "
-                   f"comp), compute with no transfer {compute_ref * 1e3:.0f} ms (E's comp), "
-                   f"trace op sum {traced_comp * 1e3:.0f} ms; parameters pulled per worker "
-                   f"{sum(bytes_per_ps) / 2**20:.1f} MiB over {cfg['ps']} PS")
+    progress(cfg, f"profiled: step over the fast link {comp * 1e3:.0f} ms (the rates' "
+                  f"comp), compute with no transfer {compute_ref * 1e3:.0f} ms (E's comp), "
+                  f"trace op sum {traced_comp * 1e3:.0f} ms; parameters pulled per worker "
+                  f"{sum(bytes_per_ps) / 2**20:.1f} MiB over {cfg['ps']} PS")
     global_batch = cfg["batch"] * len(cfg["interposed_tasks"])
     runs: list[RateRun] = []
     for rate_spec in cfg["rates"]:
@@ -435,10 +229,10 @@ def run(cfg: dict) -> dict:
             rate_bits = float(rate_spec["value"])
         answer = _ask({"event": "reshape", "rate_bits": rate_bits}) if cfg["shaped"] else "unshaped"
         comm = metrics.comm_seconds(bytes_per_ps, len(cfg["interposed_tasks"]), rate_bits)
-        _progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
-                       f"comm/comp {comm / comp:.2f}")
-        controllers = _controllers(cfg, algos, graphs, compute, late, rate_bits)
-        check = _order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
+        progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
+                      f"comm/comp {comm / comp:.2f}")
+        controllers = make_controllers(cfg, algos, graphs, compute, late, rate_bits)
+        check = run_order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)
         steps: dict[str, list[ClientStep]] = {n: [] for n in names}
@@ -475,10 +269,10 @@ def run(cfg: dict) -> dict:
                     _conserve(cfg["ps_addresses"], None)
             for s in steps_everywhere(cfg["ps_addresses"]):
                 rv_records[(s.ps, s.step_id, s.worker)] = s
-            line = ", ".join(f"{n} {_median([s.step_time for s in steps[n]]):.3f}"
+            line = ", ".join(f"{n} {median([s.step_time for s in steps[n]]):.3f}"
                              for n in names)
-            _progress(cfg, f"{rate_bits / 1e6:.0f} Mbit/s round {round_index + 1}/{rounds} "
-                           f"({time.time() - t_start:.0f} s): median step s: {line}")
+            progress(cfg, f"{rate_bits / 1e6:.0f} Mbit/s round {round_index + 1}/{rounds} "
+                          f"({time.time() - t_start:.0f} s): median step s: {line}")
         by_schedule: dict[str, list[GateStep]] = {n: [] for n in names}
         for rec in rv_records.values():
             for name, b0, b1 in blocks:
@@ -488,15 +282,15 @@ def run(cfg: dict) -> dict:
         # the simulator runs after the blocks: it times each recv by the bytes the PS
         # served it with, which an installed order's records give edge by edge
         sizes = bytes_per_transfer(rv_records.values(), recv_names)
-        _progress(cfg, f"served bytes known for {len(sizes)} of {len(recv_names)} recvs "
-                       f"({sum(sizes.values()) / 2**20:.1f} MiB)")
+        progress(cfg, f"served bytes known for {len(sizes)} of {len(recv_names)} recvs "
+                      f"({sum(sizes.values()) / 2**20:.1f} MiB)")
         in_run = in_run_compute(calibration)
         if in_run:
-            _progress(cfg, f"in this rate's rounds: step over the fast link "
-                           f"{in_run.fast_link_s * 1e3:.0f} ms (profiled {comp * 1e3:.0f}), "
-                           f"with no transfer {in_run.compute_s * 1e3:.0f} ms "
-                           f"(profiled {compute_ref * 1e3:.0f}): the simulator's compute")
-        predicted, sim_inputs = _predicted(
+            progress(cfg, f"in this rate's rounds: step over the fast link "
+                          f"{in_run.fast_link_s * 1e3:.0f} ms (profiled {comp * 1e3:.0f}), "
+                          f"with no transfer {in_run.compute_s * 1e3:.0f} ms "
+                          f"(profiled {compute_ref * 1e3:.0f}): the simulator's compute")
+        predicted, sim_inputs = predict_orders(
             cfg, names, controllers, compute, in_run.fast_link_s if in_run else comp,
             rate_bits, {f"ps:{i}": b for i, b in enumerate(bytes_per_ps)}, pushes,
             in_run.compute_s if in_run else compute_ref, sizes)
@@ -550,11 +344,6 @@ def save_result(path: str, result: dict) -> None:
     with open(tmp, "w") as f:
         json.dump(result, f)
     os.replace(tmp, path)
-
-
-def _median(xs: list[float]) -> float:
-    import statistics
-    return statistics.median(xs) if xs else float("nan")
 
 
 def main(argv: list[str]) -> int:

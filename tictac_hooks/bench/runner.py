@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from tictac_hooks import flags as tictac_flags
 from tictac_hooks.bench import workloads
-from tictac_hooks.bench.client import (ALIGNED, DIRECT, FIFO, NOPACE, OPTIONAL, SCHEDULES,
+from tictac_hooks.bench.orders import (ALIGNED, DIRECT, FIFO, NOPACE, OPTIONAL, SCHEDULES,
                                        STOCK, WC)
 from tictac_hooks.graph.algorithms import ALIASES, canonical_algorithm
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES
@@ -77,7 +77,7 @@ class BenchConfig:
     check_rounds: int = tictac_flags.DEFAULTS["check_rounds"]
     check_block_steps: int = tictac_flags.DEFAULTS["check_block_steps"]
     conserve_after_s: float = 0.002  # the "-wc" schedules' idle bound (gate.h)
-    # calibration blocks in each round (bench/client.py CALIBRATION): the simulator's
+    # calibration blocks in each round (bench/orders.py CALIBRATION): the simulator's
     # compute measured in the same rounds as the steps it predicts
     calibrate: bool = True
 
