@@ -71,6 +71,16 @@ def test_the_bound_is_the_larger_part():
     assert limit.push_source == TRACED
     assert limit.push_s == pytest.approx(2 * 120 * MIB * 8 / RATE)
     assert limit.bound_s == limit.push_s and limit.pull_s == pytest.approx(PULLS)
+    # the result records the traced pushes itself (push_bytes_per_ps): the same bound,
+    # through the JSON and back, without the simulator's inputs
+    from tictac_hooks.bench.limit import traced_push_bytes
+    from tictac_hooks.records import BenchRun
+    recorded = dataclasses.replace(res.runs[0], sim_inputs=None,
+                                   push_bytes_per_ps=traced_push_bytes(pushes, 1))
+    res = BenchRun.from_json(dataclasses.replace(res, runs=(recorded,)).to_json())
+    assert res.runs[0].push_bytes_per_ps == (120 * MIB,)
+    again = link_limit(res, res.runs[0])
+    assert again.push_source == TRACED and again.push_s == pytest.approx(limit.push_s)
     # two PSes: the busiest PS's egress (2 x 60 MiB) ...
     res = _bench(bytes_per_ps=(60 * MIB, 30 * MIB))
     assert link_limit(res, res.runs[0]).pull_s == pytest.approx(2 * 60 * MIB * 8 / RATE)

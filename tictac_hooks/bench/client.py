@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
+from tictac_hooks.bench.limit import traced_push_bytes
 from tictac_hooks.bench.orders import (ALGORITHMS, CALIBRATION, CHECKED, DIRECT, FAST_LINK,
                                        NO_TRANSFER, OPTIONAL, STOCK, WC, make_controllers,
                                        median, predict_orders, progress, run_order_check,
@@ -320,6 +321,9 @@ def run(cfg: dict) -> dict:
             # the calibration blocks' medians and steps (None: not run); the simulator's
             # compute where present
             in_run=in_run,
+            # the gradients each PS takes in per step (the limit's pushes)
+            push_bytes_per_ps=(traced_push_bytes(pushes, cfg["ps"])
+                               if cfg["mode"] == "training" and any(pushes) else None),
         ))
         clear_everywhere(cfg["ps_addresses"])
         # each finished bandwidth is kept: a run cut short by --timeout keeps these

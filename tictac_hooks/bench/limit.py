@@ -20,7 +20,7 @@ TicTac's best order and of TensorFlow's default over it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tictac_hooks.bench.gains import DEFAULT, TICTAC
 from tictac_hooks.bench.gains import fmt as _fmt
@@ -68,18 +68,28 @@ def pushed_bytes_per_ps(run: RateRun, ps: int, training: bool
     variable a worker pulls comes back as a gradient of the same size."""
     if not training:
         return None, ""
+    if run.push_bytes_per_ps is not None:
+        return tuple(run.push_bytes_per_ps), TRACED
     pushes = (run.sim_inputs or {}).get("pushes")
     if pushes:
-        per_ps = [0.0] * ps
-        for worker in pushes:
-            mine = [0.0] * ps
-            for channel, size in worker.values():
-                index = int(str(channel).split(":")[-1])
-                if index < ps:
-                    mine[index] += float(size)
-            per_ps = [max(a, b) for a, b in zip(per_ps, mine)]
-        return tuple(per_ps), TRACED
+        return traced_push_bytes(pushes, ps), TRACED
     return tuple(run.bytes_per_ps), AS_PULLS
+
+
+def traced_push_bytes(pushes: Sequence[Mapping[str, tuple[str, float]]], ps: int
+                      ) -> tuple[float, ...]:
+    """Per PS, the bytes one worker pushes into it per step: ``pushes`` holds per
+    worker {tensor: (PS channel "ps:<i>", bytes)} (bench/orders.py traced_pushes);
+    the largest over the workers."""
+    per_ps = [0.0] * ps
+    for worker in pushes:
+        mine = [0.0] * ps
+        for channel, size in worker.values():
+            index = int(str(channel).split(":")[-1])
+            if index < ps:
+                mine[index] += float(size)
+        per_ps = [max(a, b) for a, b in zip(per_ps, mine)]
+    return tuple(per_ps)
 
 
 def compute_only_s(result: BenchRun, run: RateRun) -> tuple[float | None, str]:

@@ -253,6 +253,9 @@ class RateRun:
     predicted_step_s: Mapping[str, Mapping[str, float]] | None = None
     compute_s: float | None = None  # the compute reference, E's comp (None: older results)
     in_run: InRunCompute | None = None  # calibration blocks (None: not run)
+    # Per PS, the gradient bytes one worker pushes into it per step, as traced (the
+    # largest over the workers); None: inference, or older results.
+    push_bytes_per_ps: tuple[float, ...] | None = None
     # The simulator's inputs: the client hands them over with the run, the CLI writes
     # them beside the result (<result>.sim.json.gz), not into it.
     sim_inputs: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False,
@@ -280,6 +283,8 @@ class RateRun:
         if self.compute_s is not None:
             out["compute_s"] = self.compute_s
         out["in_run"] = self.in_run.to_json() if self.in_run else None
+        if self.push_bytes_per_ps is not None:
+            out["push_bytes_per_ps"] = list(self.push_bytes_per_ps)
         return out
 
     @classmethod
@@ -293,7 +298,7 @@ class RateRun:
                    f("step_times"), {n: int(k) for n, k in f("schedule_lengths").items()},
                    d.get("predicted_step_s"), _optional(d.get("compute_s"), float),
                    InRunCompute.from_json(in_run) if in_run else None,
-                   d.get("sim_inputs"))
+                   _optional(d.get("push_bytes_per_ps"), _floats), d.get("sim_inputs"))
 
 
 @dataclasses.dataclass(frozen=True)
