@@ -110,6 +110,7 @@ def test_analyze_computes_waits_busy_and_idle_times():
     assert c["first_start_ms"] == 0.0 and c["last_end_ms"] == 100.0
     # busy: 5 + 10 + 0.5 + 9.5 + 10 + 3 + 5 = 43 ms of 100; idle 57
     assert c["busy_ms"] == pytest.approx(43.0)
+    assert c["kernel_sum_ms"] == pytest.approx(43.0)  # no two kernels overlap here
     assert c["idle_ms"] == pytest.approx(57.0)
     # pulls on the way over [0, 80]; busy in it 5 + 10 + 10 = 25: 55 idle waiting for
     # them (the gap 90-92 comes after the last pull: not counted)
@@ -199,3 +200,36 @@ def test_summaries_take_medians_over_steps():
     text = timeline.summary_text({"none": s, "tic": dict(s, compute_start_ms=None)})
     assert "none | tic" in text
     assert "idle_waiting_for_pulls_ms" in text and " 55 | 55" in text
+
+
+def test_the_probe_script_words_the_evidence_order_beside_order():
+    import importlib.util
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, "benchmarks", "probe_one_worker_timeline.py")
+    spec = importlib.util.spec_from_file_location("probe_one_worker_timeline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    tl = timeline.analyze(timeline.read_step(step_stats()), partition(), wall_s=0.110)
+    s = timeline.summarize([tl])
+    orders = {"none": {"summary": s, "plain_median_ms": 100.0},
+              "tic": {"summary": dict(s, compute_start_ms=3.0, last_pull_ms=None),
+                      "plain_median_ms": 97.0}}
+    lines = mod.sentences(orders)
+    assert "compute starts at 0 ms (none) vs 3 ms (tic)" in lines
+    assert any(line.startswith("first pull arrives at 10 ms (none) vs 10 ms (tic); last "
+                               "pull at 80 ms (none) vs - (tic)") for line in lines)
+    assert any("idle waiting for pulls 55 ms (none) vs 55 ms (tic)" in line for line in lines)
+    assert any("plain: 100 ms (none) vs 97 ms (tic)" in line for line in lines)
+
+
+def test_ops_on_parallel_threads_count_once_in_the_busy_time():
+    stats = NS(dev_stats=[NS(device=WORKER, node_stats=[
+        recv("edge_1_w/ReadVariableOp", PS, WORKER, 0, 50, 100),
+        node("a", 0, 20, "a = Relu(x)"), node("b", 10, 30, "b = Relu(x)"),
+        node("c", 40, 45, "c = Relu(x)"), node("d", 60, 70, "d = Relu(x)")])])
+    c = timeline.analyze(timeline.read_step(stats))["compute"]
+    assert c["kernel_sum_ms"] == pytest.approx(55.0)
+    assert c["busy_ms"] == pytest.approx(45.0)       # [0, 30], [40, 45], [60, 70]
+    assert c["idle_ms"] == pytest.approx(25.0)       # 30-40, 45-60 of [0, 70]
+    assert c["idle_waiting_for_pulls_ms"] == pytest.approx(15.0)  # 30-40, 45-50

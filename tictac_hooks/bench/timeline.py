@@ -263,6 +263,8 @@ def analyze(trace: StepTrace, part: Partition | None = None,
             "last_end_ms": ms(last_compute),
             # the union of the kernels' intervals (ops run in parallel on inter-op threads)
             "busy_ms": round(_measure(busy) * 1e3, 3),
+            # the kernels' times added up (above busy_ms where ops overlapped)
+            "kernel_sum_ms": round(sum(r.end - r.start for r in trace.compute) * 1e3, 3),
             "idle_ms": round(_measure(_minus(span, busy)) * 1e3, 3),
             # no kernel running while some pull was on the way
             "idle_waiting_for_pulls_ms": round(_measure(_minus(pulling, busy)) * 1e3, 3),
@@ -410,6 +412,7 @@ SUMMARY_KEYS = {
     "compute_start_ms": ("compute", "first_start_ms"),
     "compute_end_ms": ("compute", "last_end_ms"),
     "busy_ms": ("compute", "busy_ms"),
+    "kernel_sum_ms": ("compute", "kernel_sum_ms"),
     "idle_ms": ("compute", "idle_ms"),
     "idle_waiting_for_pulls_ms": ("compute", "idle_waiting_for_pulls_ms"),
     "conv_first_start_ms": ("forward", "conv_first_start_ms"),
