@@ -24,7 +24,7 @@ order (bench/predict.py, as the bench calls it).
 Needs root and tc (iproute2) for the shaped link; without them it says so and exits
 (status 2) unless ``--loopback`` (the timeline at loopback speed: no comm/comp).
 About 5 minutes for VGG-16 on two cores. Prints the summary table and writes the
-JSON (``--out``, default results/probe_one_worker_timeline.json).
+JSON (``--out``, default results/probes/one-worker-timeline/<model>-<mode>.json).
 """
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def inner(cfg: dict) -> dict:
                      "plain_median_ms": round(statistics.median(plain) * 1e3, 1),
                      "summary": summary, "traced": timelines}
         say(f"{name}: plain median {out[name]['plain_median_ms']:.0f} ms, traced "
-            f"{summary['wall_ms']} ms")
+            f"{summary['wall_ms']:.0f} ms")
     sizes = bytes_per_transfer(records.values(), recv_names)
     predicted, _ = client._predicted(cfg, list(cfg["orders"]), controllers, compute, comp,
                                      rate_bits, {f"ps:{i}": b for i, b in
@@ -298,7 +298,8 @@ def outer(args: argparse.Namespace) -> int:
            "machine": {"loadavg_1m_before": load[0], "loadavg_1m_after": os.getloadavg()[0],
                        "cpus": os.cpu_count()},
            **result, "summary_text": "\n".join(text)}
-    out = args.out or os.path.join(HERE, "results", "probe_one_worker_timeline.json")
+    out = args.out or os.path.join(HERE, "results", "probes", "one-worker-timeline",
+                                   f"{workloads.model_key(args.model)}-{args.mode}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
