@@ -1,0 +1,342 @@
+"""Where does a one-worker training step go, under TensorFlow's order and under TIC?
+
+Issue #37, "one-worker training, explained": VGG-16 training, 1 worker, 1 PS, comm/comp
+0.5, TIC gained +2.3 % over TensorFlow's default although the conv weights (about 44 %
+of the bytes) feed the conv forward pass and could hide the fully-connected pulls.
+
+One configuration, as ``tictac bench`` runs it: a native-gate PS and the worker (plus
+a direct worker on the PS's plain twin for "none", TensorFlow's default path), each in
+its own network namespace behind a link shaped with tc; profiled over a fast link,
+then the link reshaped so that comm/comp is ``--ratio`` the way ``--bandwidth auto:R``
+computes it, and TIC computed and installed with the bench's own code (its pacing).
+Then, per order, a few plain steps and ``--steps`` FULL_TRACE steps; each traced step
+read by tictac_hooks.bench.timeline: when the first and last pulls arrive, when each
+forward conv/matmul starts against its weights' arrival (the wait the transfer
+caused), the compute device's busy and idle time (idle while pulls were still on the
+way), where the pushes go against the backward pass, the gate's hand-back of each
+transfer against the worker's arrival; beside it the simulator's predicted step per
+order (bench/predict.py, as the bench calls it).
+
+    sudo .venv/bin/python benchmarks/probe_one_worker_timeline.py \\
+        [--model vgg16] [--mode training] [--ratio 0.5] [--steps 3] \\
+        [--orders none,rendezvous,tic] [--out FILE.json] [--loopback]
+
+Needs root and tc (iproute2) for the shaped link; without them it says so and exits
+(status 2) unless ``--loopback`` (the timeline at loopback speed: no comm/comp).
+About 5 minutes for VGG-16 on two cores. Prints the summary table and writes the
+JSON (``--out``, default results/probes/one-worker-timeline/<model>-<mode>.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tictac_hooks import flags as tictac_flags  # noqa: E402
+from tictac_hooks.bench import metrics, timeline, workloads  # noqa: E402
+from tictac_hooks.bench.runner import PROFILE_RATE, WORKER_ENV, parse_rates, provenance  # noqa: E402
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES  # noqa: E402
+
+ORDERS = ("none", "rendezvous", "tic")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def say(msg: str) -> None:
+    print(f"[timeline] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- client
+
+def trace_step(tf, session, fetches):
+    md = tf.compat.v1.RunMetadata()
+    opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
+                                   output_partition_graphs=True)
+    t0 = time.time()
+    session.run(fetches, options=opts, run_metadata=md)
+    return time.time() - t0, md
+
+
+def inner(cfg: dict) -> dict:
+    """Runs in the client's namespace (bench/client.py's role)."""
+    from tictac_hooks.bench import client, predict
+    from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
+    from tictac_hooks.records import bytes_per_transfer
+    r = client.Runner(cfg)
+    tf = r.tf
+    w = len(cfg["interposed_tasks"])
+    say(f"graph built, parameters {r.work.param_bytes / 2**20:.1f} MiB; warm-up")
+    for _ in range(cfg["warmup"]):
+        for which in range(len(r.sessions)):
+            r.step(which)
+    clear_everywhere(cfg["ps_addresses"])
+    # as bench/client.py run(): the rates' comp and the compute reference
+    fast = client.settled_makespans(lambda: r.step(0).makespan, 3, 6)
+    local = client.settled_makespans(lambda: r.compute_step().makespan, 3, 6)
+    graphs, compute, late, traced = r.profile()
+    pushes = client._pushes(cfg, r, graphs, traced)
+    recv_names = {op.name for g in graphs.values() for op in g.recvs}
+    traced_comp, traced_bytes = client._oracle(graphs, compute, late, cfg["ps"])
+    comp = max(traced_comp, statistics.median(fast))
+    compute_ref = statistics.median(local)
+    bytes_per_ps = client.served_bytes_per_ps(steps_everywhere(cfg["ps_addresses"]),
+                                              cfg["ps_addresses"]) or \
+        [max(a, b) for a, b in zip(traced_bytes, r.variable_bytes_per_ps())]
+    unit = metrics.comm_seconds(bytes_per_ps, w, 1.0)
+    rate_bits = float(max(8000, round(unit / (cfg["ratio"] * comp), -5)))
+    answer = client._ask({"event": "reshape", "rate_bits": rate_bits})
+    comm = metrics.comm_seconds(bytes_per_ps, w, rate_bits)
+    say(f"comp {comp * 1e3:.0f} ms (fast link), compute with no transfer "
+        f"{compute_ref * 1e3:.0f} ms; link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm "
+        f"{comm * 1e3:.0f} ms, comm/comp {comm / comp:.2f}")
+    algos = [o for o in cfg["orders"] if o in client.ALGORITHMS + client.OPTIONAL]
+    controllers = client._controllers(cfg, algos, graphs, compute, late, rate_bits)
+    for which in range(len(r.sessions)):  # settle at the new rate
+        r.step(which)
+    out: dict = {}
+    records = {}
+    for name in cfg["orders"]:
+        which = 1 if name == client.DIRECT else 0
+        worker = f"worker:{(cfg['direct_tasks'] if which else cfg['interposed_tasks'])[0]}"
+        fetches = r.work.sets[which].fetches
+        if name in controllers:
+            controllers[name].resume()
+        for _ in range(cfg["settle"]):
+            r.step(which)
+        plain = [r.step(which).step_time for _ in range(cfg["plain_steps"])]
+        trace_step(tf, r.sessions[which], fetches)  # the first traced step: not kept
+        steps = []
+        for _ in range(cfg["steps"]):
+            wall, md = trace_step(tf, r.sessions[which], fetches)
+            steps.append((wall, md))
+        if name in controllers:
+            controllers[name].suspend()
+        gate_steps = steps_everywhere(cfg["ps_addresses"]) if which == 0 else []
+        for s in gate_steps:
+            records[(s.ps, s.step_id, s.worker)] = s
+        timelines = []
+        for wall, md in steps:
+            trace = timeline.read_step(md.step_stats, worker)
+            part = timeline.partition_inputs(md.partition_graphs, worker)
+            tl = timeline.analyze(trace, part, wall_s=wall)
+            tl["gate"] = timeline.gate_vs_worker(gate_steps, trace, worker) if which == 0 else None
+            timelines.append(tl)
+        summary = timeline.summarize(timelines)
+        gates = [tl["gate"] for tl in timelines if tl["gate"]]
+        summary["gate_first_handback_ms"] = timeline.median_of(gates, "first_handback_ms")
+        summary["gate_last_handback_ms"] = timeline.median_of(gates, "last_handback_ms")
+        summary["gate_held_total_ms"] = timeline.median_of(gates, "held_total_ms")
+        summary["handback_to_arrival_median_ms"] = timeline.median_of(
+            gates, "handback_to_arrival_median_ms")
+        out[name] = {"worker": worker,
+                     "plain_step_ms": [round(s * 1e3, 1) for s in plain],
+                     "plain_median_ms": round(statistics.median(plain) * 1e3, 1),
+                     "summary": summary, "traced": timelines}
+        say(f"{name}: plain median {out[name]['plain_median_ms']:.0f} ms, traced "
+            f"{summary['wall_ms']:.0f} ms")
+    sizes = bytes_per_transfer(records.values(), recv_names)
+    predicted, _ = client._predicted(cfg, list(cfg["orders"]), controllers, compute, comp,
+                                     rate_bits, {f"ps:{i}": b for i, b in
+                                                 enumerate(bytes_per_ps)},
+                                     pushes, compute_ref, sizes)
+    r.close()
+    return {"param_bytes": r.work.param_bytes, "rate_bits": rate_bits, "comp_s": comp,
+            "compute_s": compute_ref, "trace_op_sum_s": traced_comp, "comm_s": comm,
+            "comm_comp_ratio": comm / comp, "bytes_per_ps": bytes_per_ps,
+            "predicted_step_ms": {m: {n: round(s * 1e3, 1) for n, s in v.items()}
+                                  for m, v in predicted.items()},
+            "orders": out}
+
+
+# ---------------------------------------------------------------------------- runner
+
+def drive(cluster, net, cfg: dict, tmp: str, timeout_s: float) -> dict:
+    """Starts this script as the client (in its namespace) and answers its reshapes
+    (bench/runner.py's role)."""
+    path = os.path.join(tmp, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    env = cluster.child_env()
+    env.pop("TF_NUM_INTEROP_THREADS", None)
+    env.pop("TF_NUM_INTRAOP_THREADS", None)
+    proc = cluster.spawn_in("client", [sys.executable, os.path.abspath(__file__), "--inner",
+                                       path], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=5.0):
+                if proc.poll() is not None:
+                    break
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if event.get("event") == "reshape":
+                if net is not None:
+                    net.reshape(rate=int(event["rate_bits"]))
+                proc.stdin.write("shaped\n" if net is not None else "unshaped\n")
+                proc.stdin.flush()
+            elif event.get("event") == "done":
+                break
+        proc.wait(60)
+    finally:
+        sel.close()
+        if proc.poll() is None:
+            proc.kill()
+    if proc.returncode != 0 or not os.path.exists(cfg["out"]):
+        logs = "\n".join(f"--- {t.job}{t.index}:\n{t.log(1500)}" for t in cluster.tasks)
+        raise RuntimeError(f"the probe's client failed (exit {proc.returncode}); task "
+                           f"logs:\n{logs}")
+    with open(cfg["out"]) as f:
+        return json.load(f)
+
+
+def sentences(orders: dict) -> list[str]:
+    """The evidence in words, one order beside the other."""
+    names = list(orders)
+    s = {n: orders[n]["summary"] for n in names}
+
+    def row(key: str) -> str:
+        return " vs ".join(f"{s[n].get(key):.0f} ms ({n})" if s[n].get(key) is not None
+                           else f"- ({n})" for n in names)
+    return [f"step (traced): {row('wall_ms')}; plain: " + " vs ".join(
+                f"{orders[n]['plain_median_ms']:.0f} ms ({n})" for n in names),
+            f"compute starts at {row('compute_start_ms')}",
+            f"first pull arrives at {row('first_pull_ms')}; last pull at "
+            f"{row('last_pull_ms')}",
+            f"conv forward: first starts at {row('conv_first_start_ms')}, last ends at "
+            f"{row('conv_last_end_ms')}",
+            f"fc forward: first starts at {row('matmul_first_start_ms')}",
+            f"forward ops waiting for their weights, in all: "
+            f"{row('forward_wait_for_weights_ms')}",
+            f"compute busy {row('busy_ms')}; idle waiting for pulls "
+            f"{row('idle_waiting_for_pulls_ms')}; idle in all {row('idle_ms')}",
+            f"backward {row('backward_start_ms')} to {row('backward_end_ms')}; pushes "
+            f"first leave at {row('pushes_first_leave_ms')}, last arrives at "
+            f"{row('pushes_last_arrive_ms')} ({row('pushes_after_backward_ms')} after the "
+            f"backward pass)",
+            f"gate: first hand-back {row('gate_first_handback_ms')}, last "
+            f"{row('gate_last_handback_ms')}, held in all {row('gate_held_total_ms')}, "
+            f"hand-back to the worker's arrival (median) "
+            f"{row('handback_to_arrival_median_ms')}"]
+
+
+def outer(args: argparse.Namespace) -> int:
+    from tictac_hooks.cluster import netns
+    from tictac_hooks.cluster.launcher import LocalCluster
+    from tictac_hooks.bench import client
+    orders = [o.strip() for o in args.orders.split(",") if o.strip()]
+    bad = [o for o in orders if o not in client.SCHEDULES + client.OPTIONAL]
+    if bad or not orders:
+        raise SystemExit(f"--orders: unknown {bad}; choose from {client.SCHEDULES}")
+    shaped, why = (False, "--loopback given") if args.loopback else netns.available()
+    if not shaped and not args.loopback:
+        print(f"SKIPPED: no shaped network here ({why}). This probe needs root and tc "
+              f"(iproute2) to shape the link to comm/comp {args.ratio}; --loopback runs it "
+              f"unshaped.", flush=True)
+        return 2
+    w = 1
+    direct = client.DIRECT in orders
+    direct_tasks = list(range(w, 2 * w)) if direct else []
+    total = 2 * w if direct else w
+    batch = args.batch or workloads.default_batch(args.model, args.mode)
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="tictac-timeline-") as tmp:
+        cfg = {"label": f"timeline {args.model}/{args.mode}", "model": args.model,
+               "mode": args.mode, "ps": 1, "batch": batch, "interposed_tasks": [0],
+               "direct_tasks": direct_tasks, "orders": orders, "ratio": args.ratio,
+               "steps": args.steps, "plain_steps": args.plain_steps,
+               "warmup": args.warmup, "settle": 2, "profile_steps": 3,
+               "skip_timeout": DEFAULT_SKIP_AFTER_S, "window_bytes": DEFAULT_WINDOW_BYTES,
+               "check_rounds": tictac_flags.DEFAULTS["check_rounds"],
+               "check_block_steps": tictac_flags.DEFAULTS["check_block_steps"],
+               "out": os.path.join(tmp, "result.json")}
+        common = dict(num_ps=1, num_workers=total, rendezvous=True, backend="native",
+                      direct_workers=direct_tasks, env=dict(WORKER_ENV),
+                      skip_after_s=DEFAULT_SKIP_AFTER_S, window_bytes=DEFAULT_WINDOW_BYTES)
+        if shaped:
+            netns.cleanup_stale()
+            hosts = netns.cluster_hosts(1, total)
+            with netns.ShapedNetwork(hosts, rate=PROFILE_RATE) as net, \
+                    LocalCluster(network=net, **common) as cluster:
+                cfg.update(ps_addresses=cluster.ps_addresses,
+                           masters=[cluster.worker_addresses[0]]
+                           + ([cluster.worker_addresses[direct_tasks[0]]] if direct else []))
+                result = drive(cluster, net, cfg, tmp, args.timeout)
+        else:
+            with LocalCluster(**common) as cluster:
+                cfg.update(ps_addresses=cluster.ps_addresses,
+                           masters=[cluster.worker_addresses[0]]
+                           + ([cluster.worker_addresses[direct_tasks[0]]] if direct else []))
+                result = drive(cluster, None, cfg, tmp, args.timeout)
+    text = [timeline.summary_text({n: o["summary"] for n, o in result["orders"].items()})]
+    text += sentences(result["orders"])
+    text.append("simulator, predicted step ms: " + "; ".join(
+        f"{m}: " + ", ".join(f"{n} {v:.0f}" for n, v in p.items())
+        for m, p in result["predicted_step_ms"].items()))
+    text.append(f"link {result['rate_bits'] / 1e6:.0f} Mbit/s, comm/comp "
+                f"{result['comm_comp_ratio']:.2f}, comp {result['comp_s'] * 1e3:.0f} ms, "
+                f"compute with no transfer {result['compute_s'] * 1e3:.0f} ms")
+    doc = {**provenance(), "model": args.model, "mode": args.mode, "workers": 1, "ps": 1,
+           "batch": batch, "ratio": args.ratio, "steps": args.steps,
+           "network": {"shaped": shaped, "reason": "" if shaped else why},
+           "machine": {"loadavg_1m_before": load[0], "loadavg_1m_after": os.getloadavg()[0],
+                       "cpus": os.cpu_count()},
+           **result, "summary_text": "\n".join(text)}
+    out = args.out or os.path.join(HERE, "results", "probes", "one-worker-timeline",
+                                   f"{workloads.model_key(args.model)}-{args.mode}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
+    print("\n".join(text))
+    print(f"written: {out}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--inner"]:
+        with open(argv[1]) as f:
+            cfg = json.load(f)
+        result = inner(cfg)
+        with open(cfg["out"], "w") as f:
+            json.dump(result, f)
+        print(json.dumps({"event": "done"}), flush=True)
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="vgg16")
+    p.add_argument("--mode", default="training", choices=workloads.MODES)
+    p.add_argument("--ratio", type=float, default=0.5,
+                   help="comm/comp, as tictac bench --bandwidth auto:R (default 0.5)")
+    p.add_argument("--steps", type=int, default=3, help="traced steps per order")
+    p.add_argument("--plain-steps", type=int, default=3, help="untraced steps per order")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--orders", default=",".join(ORDERS),
+                   help="none (TensorFlow's default, direct path), rendezvous (the gate, "
+                        "no order), tic, ... (default none,rendezvous,tic)")
+    p.add_argument("--loopback", action="store_true",
+                   help="no shaped link (no root/tc needed): loopback speed")
+    p.add_argument("--timeout", type=float, default=1800.0)
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    parse_rates([f"auto:{args.ratio}"])  # the bench's range check
+    return outer(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
