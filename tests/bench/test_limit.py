@@ -50,6 +50,15 @@ def test_the_issues_resnet50_case():
     assert limit.over(1.725) == pytest.approx(1.725 / PULLS) == pytest.approx(1.6725, abs=1e-4)
     assert limit.over(2.229) == pytest.approx(2.161, abs=1e-3)
     assert limit.over(None) is None
+    # Synchronous training's barrier: the worker served last pushes all its gradients
+    # (90 MiB, 516 ms) after the step's last pull: 1,031 + 516 = 1,547 ms, and TIC's
+    # 1,725 ms step is 1.12x that.
+    assert limit.push_one_s == pytest.approx(PULLS / 2)
+    assert limit.sync_s == pytest.approx(1.5 * PULLS)
+    assert limit.over(1.725, limit.sync_s) == pytest.approx(1.725 / (1.5 * PULLS))
+    # compute longer than pulls and pushes: compute bounds both
+    slow = _bench(compute_s=2.0)
+    assert link_limit(slow, slow.runs[0]).sync_s == 2.0
 
 
 def test_the_bound_is_the_larger_part():
@@ -105,11 +114,11 @@ def test_the_report_shows_both_parts_and_the_ratio(tmp_path, monkeypatch):
     from tictac_hooks.bench.report import write_report
     lines = limit_section([_bench()])
     assert ("| resnet50/training/W2/P1 | 1464mbit | 500 | 1031 | 1031 | 1031 | tic 1725 "
-            "| 1.67x | 2229 | 2.16x |") in lines
+            "| 1.67x | 2229 | 2.16x | 1547 | 1.12x |") in lines
     assert any("pushes taken as the pulls' bytes" in line for line in lines)
     inference = limit_section([_bench(mode="inference", compute_s=1.2)])
     assert ("| resnet50/inference/W2/P1 | 1464mbit | 1200 | 1031 | - | 1200 | tic 1725 "
-            "| 1.44x | 2229 | 1.86x |") in inference
+            "| 1.44x | 2229 | 1.86x | - | - |") in inference
     assert not any("pushes taken" in line for line in inference)
     assert not any("LOOPBACK" in line for line in lines)
     loopback = dataclasses.replace(_bench(), shaped=False, network_reason="not root")
