@@ -67,7 +67,8 @@ def trace_step(tf, session, fetches):
 
 def inner(cfg: dict) -> dict:
     """Runs in the client's namespace (bench/client.py's role)."""
-    from tictac_hooks.bench import client, orders, predict
+    from tictac_hooks.bench import client, predict
+    from tictac_hooks.bench import orders as bench_orders
     from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
     from tictac_hooks.records import bytes_per_transfer
     r = client.Runner(cfg)
@@ -79,15 +80,15 @@ def inner(cfg: dict) -> dict:
             r.step(which)
     clear_everywhere(cfg["ps_addresses"])
     # as bench/client.py run(): the rates' comp and the compute reference
-    fast = orders.settled_makespans(lambda: r.step(0).makespan, 3, 6)
-    local = orders.settled_makespans(lambda: r.compute_step().makespan, 3, 6)
+    fast = bench_orders.settled_makespans(lambda: r.step(0).makespan, 3, 6)
+    local = bench_orders.settled_makespans(lambda: r.compute_step().makespan, 3, 6)
     graphs, compute, late, traced = r.profile()
-    pushes = orders.traced_pushes(cfg, r, graphs, traced)
+    pushes = bench_orders.traced_pushes(cfg, r, graphs, traced)
     recv_names = {op.name for g in graphs.values() for op in g.recvs}
-    traced_comp, traced_bytes = orders.traced_oracle(graphs, compute, late, cfg["ps"])
+    traced_comp, traced_bytes = bench_orders.traced_oracle(graphs, compute, late, cfg["ps"])
     comp = max(traced_comp, statistics.median(fast))
     compute_ref = statistics.median(local)
-    bytes_per_ps = orders.served_bytes_per_ps(steps_everywhere(cfg["ps_addresses"]),
+    bytes_per_ps = bench_orders.served_bytes_per_ps(steps_everywhere(cfg["ps_addresses"]),
                                               cfg["ps_addresses"]) or \
         [max(a, b) for a, b in zip(traced_bytes, r.variable_bytes_per_ps())]
     unit = metrics.comm_seconds(bytes_per_ps, w, 1.0)
@@ -97,14 +98,14 @@ def inner(cfg: dict) -> dict:
     say(f"comp {comp * 1e3:.0f} ms (fast link), compute with no transfer "
         f"{compute_ref * 1e3:.0f} ms; link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm "
         f"{comm * 1e3:.0f} ms, comm/comp {comm / comp:.2f}")
-    algos = [o for o in cfg["orders"] if o in orders.ALGORITHMS + orders.OPTIONAL]
-    controllers = orders.make_controllers(cfg, algos, graphs, compute, late, rate_bits)
+    algos = [o for o in cfg["orders"] if o in bench_orders.ALGORITHMS + bench_orders.OPTIONAL]
+    controllers = bench_orders.make_controllers(cfg, algos, graphs, compute, late, rate_bits)
     for which in range(len(r.sessions)):  # settle at the new rate
         r.step(which)
     out: dict = {}
     records = {}
     for name in cfg["orders"]:
-        which = 1 if name == orders.DIRECT else 0
+        which = 1 if name == bench_orders.DIRECT else 0
         worker = f"worker:{(cfg['direct_tasks'] if which else cfg['interposed_tasks'])[0]}"
         fetches = r.work.sets[which].fetches
         if name in controllers:
@@ -143,7 +144,7 @@ def inner(cfg: dict) -> dict:
         say(f"{name}: plain median {out[name]['plain_median_ms']:.0f} ms, traced "
             f"{summary['wall_ms']:.0f} ms")
     sizes = bytes_per_transfer(records.values(), recv_names)
-    predicted, _ = orders.predict_orders(cfg, list(cfg["orders"]), controllers, compute, comp,
+    predicted, _ = bench_orders.predict_orders(cfg, list(cfg["orders"]), controllers, compute, comp,
                                      rate_bits, {f"ps:{i}": b for i, b in
                                                  enumerate(bytes_per_ps)},
                                      pushes, compute_ref, sizes)
@@ -239,11 +240,11 @@ def sentences(orders: dict) -> list[str]:
 def outer(args: argparse.Namespace) -> int:
     from tictac_hooks.cluster import netns
     from tictac_hooks.cluster.launcher import LocalCluster
-    from tictac_hooks.bench import orders
+    from tictac_hooks.bench import orders as bench_orders
     orders = [o.strip() for o in args.orders.split(",") if o.strip()]
-    bad = [o for o in orders if o not in orders.SCHEDULES + orders.OPTIONAL]
+    bad = [o for o in orders if o not in bench_orders.SCHEDULES + bench_orders.OPTIONAL]
     if bad or not orders:
-        raise SystemExit(f"--orders: unknown {bad}; choose from {orders.SCHEDULES}")
+        raise SystemExit(f"--orders: unknown {bad}; choose from {bench_orders.SCHEDULES}")
     shaped, why = (False, "--loopback given") if args.loopback else netns.available()
     if not shaped and not args.loopback:
         print(f"SKIPPED: no shaped network here ({why}). This probe needs root and tc "
@@ -251,7 +252,7 @@ def outer(args: argparse.Namespace) -> int:
               f"unshaped.", flush=True)
         return 2
     w = 1
-    direct = orders.DIRECT in orders
+    direct = bench_orders.DIRECT in orders
     direct_tasks = list(range(w, 2 * w)) if direct else []
     total = 2 * w if direct else w
     batch = args.batch or workloads.default_batch(args.model, args.mode)
