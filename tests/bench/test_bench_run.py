@@ -8,6 +8,7 @@ import dataclasses
 import glob
 import json
 import os
+import re
 
 import pytest
 
@@ -112,7 +113,11 @@ def test_every_result_kept_in_the_repository_reads_and_writes_back_its_values():
         if not (isinstance(data, dict) and "runs" in data and "config" in data):
             continue  # another benchmark's output (overhead, probes)
         res = BenchRun.from_json(data)
-        assert res.commit == "" and res.command == ""  # written before they were recorded
+        if "commit" in data:  # written since results record where they came from
+            assert re.fullmatch(r"[0-9a-f]{40}", res.commit), path
+            assert res.command.startswith("tictac bench "), path
+        else:  # written before: read with the fields' defaults
+            assert res.commit == "" and res.command == "", path
         written = json.loads(json.dumps(res.to_json()))
         assert BenchRun.from_json(written) == res, path
         _assert_holds(data, written, path)
