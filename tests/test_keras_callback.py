@@ -51,8 +51,11 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
     # The check: TIC and TAC (fit measures compute times), 2 rounds of 2 x 8-step block
     # pairs each: 64 steps after the 12 profiled ones.
     # The switch (with the compute profile, seconds) runs while fit goes on in
-    # TensorFlow's order: enough steps that the check's 64 follow it.
-    out = run_example("--steps=300", "--steps_per_epoch=30", f"--tictac_profile_steps={n}",
+    # TensorFlow's order: on this machine 5-6 s, some 230 of these ~25 ms steps, more
+    # on a slower one. 600 steps leave the check's 64 (and scheduled steps after them)
+    # room after even a switch twice that long; at 300 a slow switch cut the check short
+    # and left a worker with 4 steps in TensorFlow's order.
+    out = run_example("--steps=600", "--steps_per_epoch=30", f"--tictac_profile_steps={n}",
                       "--tictac_check_rounds=2", "--tictac_check_block_steps=8",
                       f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
