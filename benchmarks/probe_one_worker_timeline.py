@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import selectors
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tictac_hooks import flags as tictac_flags  # noqa: E402
 from tictac_hooks.bench import metrics, timeline, workloads  # noqa: E402
-from tictac_hooks.bench.runner import PROFILE_RATE, WORKER_ENV, parse_rates, provenance  # noqa: E402
+from tictac_hooks.bench.runner import (PROFILE_RATE, WORKER_ENV, client_result,  # noqa: E402
+                                       parse_rates, provenance, serve_client)
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES  # noqa: E402
 
 ORDERS = ("none", "rendezvous", "tic")
@@ -165,46 +164,11 @@ def drive(cluster, net, cfg: dict, tmp: str, timeout_s: float) -> dict:
     path = os.path.join(tmp, "config.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
-    env = cluster.child_env()
-    env.pop("TF_NUM_INTEROP_THREADS", None)
-    env.pop("TF_NUM_INTRAOP_THREADS", None)
-    proc = cluster.spawn_in("client", [sys.executable, os.path.abspath(__file__), "--inner",
-                                       path], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if not sel.select(timeout=5.0):
-                if proc.poll() is not None:
-                    break
-                continue
-            line = proc.stdout.readline()
-            if not line:
-                break
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if event.get("event") == "reshape":
-                if net is not None:
-                    net.reshape(rate=int(event["rate_bits"]))
-                proc.stdin.write("shaped\n" if net is not None else "unshaped\n")
-                proc.stdin.flush()
-            elif event.get("event") == "done":
-                break
-        proc.wait(60)
-    finally:
-        sel.close()
-        if proc.poll() is None:
-            proc.kill()
-    if proc.returncode != 0 or not os.path.exists(cfg["out"]):
-        logs = "\n".join(f"--- {t.job}{t.index}:\n{t.log(1500)}" for t in cluster.tasks)
-        raise RuntimeError(f"the probe's client failed (exit {proc.returncode}); task "
-                           f"logs:\n{logs}")
-    with open(cfg["out"]) as f:
-        return json.load(f)
+    argv = [sys.executable, os.path.abspath(__file__), "--inner", path]
+    returncode = serve_client(cluster, argv, net, timeout_s)
+    if returncode is None:
+        raise RuntimeError(f"the probe's client did not finish within {timeout_s:.0f} s")
+    return client_result(cluster, cfg["out"], returncode)
 
 
 def sentences(orders: dict) -> list[str]:

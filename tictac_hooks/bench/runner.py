@@ -293,6 +293,19 @@ def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
     with open(path, "w") as f:
         json.dump(cfg, f)
     argv = [sys.executable, "-m", "tictac_hooks.bench.client", path]
+    returncode = serve_client(cluster, argv, net, timeout_s)
+    if returncode is None:
+        return _cut_short(cfg["out"], f"the benchmark client did not finish "
+                                      f"within {timeout_s:.0f} s (--timeout)", say)
+    return client_result(cluster, cfg["out"], returncode)
+
+
+def serve_client(cluster: Any, argv: list[str], net: Any, timeout_s: float) -> int | None:
+    """Runs a benchmark client ``argv`` in the cluster's ``client`` namespace and answers
+    its reshape requests (one JSON event per line on its stdout: ``{"event":
+    "reshape", "rate_bits": N}`` gets ``shaped`` once ``net`` runs at N, or
+    ``unshaped`` without a shaped network; ``{"event": "done"}`` ends it). Its exit
+    status; None where it did not end within ``timeout_s`` (it is killed)."""
     env = cluster.child_env()
     env.pop("TF_NUM_INTEROP_THREADS", None)
     env.pop("TF_NUM_INTRAOP_THREADS", None)
@@ -301,13 +314,11 @@ def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
     deadline = time.monotonic() + timeout_s
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
-    done = False
     try:
-        while not done:
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return _cut_short(cfg["out"], f"the benchmark client did not finish "
-                                              f"within {timeout_s:.0f} s (--timeout)", say)
+                return None
             if not sel.select(timeout=min(left, 5.0)):
                 if proc.poll() is not None:
                     break
@@ -322,22 +333,26 @@ def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
             if event.get("event") == "reshape":
                 if net is not None:
                     net.reshape(rate=int(event["rate_bits"]))
-                    proc.stdin.write("shaped\n")
-                else:
-                    proc.stdin.write("unshaped\n")
+                proc.stdin.write("shaped\n" if net is not None else "unshaped\n")
                 proc.stdin.flush()
             elif event.get("event") == "done":
-                done = True
-        proc.wait(30)
+                break
+        return proc.wait(60)
     finally:
         sel.close()
         if proc.poll() is None:
             proc.kill()
-    if proc.returncode != 0 or not os.path.exists(cfg["out"]):
+            proc.wait(30)
+
+
+def client_result(cluster: Any, out: str, returncode: int) -> dict:
+    """The result file ``out`` a client wrote; where it exited badly or wrote none, an
+    error that carries every task's log tail."""
+    if returncode != 0 or not os.path.exists(out):
         logs = "\n".join(f"--- {t.job}{t.index}:\n{t.log(1500)}" for t in cluster.tasks)
-        raise RuntimeError(f"the benchmark client failed (exit {proc.returncode}); "
-                           f"task logs:\n{logs}")
-    with open(cfg["out"]) as f:
+        raise RuntimeError(f"the benchmark client failed (exit {returncode}); task "
+                           f"logs:\n{logs}")
+    with open(out) as f:
         return json.load(f)
 
 
