@@ -251,5 +251,5 @@ def test_every_benchmark_scripts_json_records_its_provenance():
     # the scripts whose output is a JSON result (the others print tables)
     for name in ("bench_shaped_overhead.py", "probe_layer_vs_dag.py",
                  "probe_default_order.py", "probe_fastlink_waits.py",
-                 "probe_one_worker_timeline.py"):
+                 "probe_step_timeline.py"):
         assert "**provenance()" in (root / name).read_text(), name

@@ -206,8 +206,8 @@ def test_the_probe_script_words_the_evidence_order_beside_order():
     import importlib.util
     import os
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.path.join(root, "benchmarks", "probe_one_worker_timeline.py")
-    spec = importlib.util.spec_from_file_location("probe_one_worker_timeline", path)
+    path = os.path.join(root, "benchmarks", "probe_step_timeline.py")
+    spec = importlib.util.spec_from_file_location("probe_step_timeline", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     tl = timeline.analyze(timeline.read_step(step_stats()), partition(), wall_s=0.110)
@@ -233,3 +233,18 @@ def test_ops_on_parallel_threads_count_once_in_the_busy_time():
     assert c["busy_ms"] == pytest.approx(45.0)       # [0, 30], [40, 45], [60, 70]
     assert c["idle_ms"] == pytest.approx(25.0)       # 30-40, 45-60 of [0, 70]
     assert c["idle_waiting_for_pulls_ms"] == pytest.approx(15.0)  # 30-40, 45-50
+
+
+def test_the_step_waits_for_the_worker_whose_tower_ends_last_step_by_step():
+    def tl(backward_end, compute_end=None):
+        return {"backward": {"last_end_ms": backward_end},
+                "compute": {"last_end_ms": compute_end}, "wall_ms": 10.0}
+    per_worker = {"worker:0": [tl(50.0), tl(90.0), tl(None, 30.0)],
+                  "worker:1": [tl(80.0), tl(60.0), tl(None, 20.0)]}
+    steps = timeline.last_to_finish(per_worker)
+    assert [s["worker"] for s in steps] == ["worker:1", "worker:0", "worker:0"]
+    assert [s["first_tower_end_ms"] for s in steps] == [50.0, 60.0, 20.0]
+    assert timeline.summarize(steps)["first_tower_end_ms"] == 50.0
+    assert timeline.tower_end_ms(tl(None, 7.0)) == 7.0  # inference: the last op's end
+    with pytest.raises(ValueError, match="different numbers of traced steps"):
+        timeline.last_to_finish({"worker:0": [tl(1.0)], "worker:1": []})

@@ -25,7 +25,7 @@ Every time in their results is in milliseconds from the step's start (the earlie
 event of the trace). No TensorFlow here: the protos are read by attribute, so a test
 hands in plain objects.
 
-Used by ``benchmarks/probe_one_worker_timeline.py``.
+Used by ``benchmarks/probe_step_timeline.py``.
 """
 
 from __future__ import annotations
@@ -426,12 +426,41 @@ SUMMARY_KEYS = {
     "pushes_last_arrive_ms": ("pushes", "last_arrived_ms"),
     "pushes_after_backward_ms": ("pushes", "after_backward_end_ms"),
     "ps_last_op_end_ms": ("ps", "last_end_ms"),
+    "first_tower_end_ms": ("first_tower_end_ms",),  # (last_to_finish's steps only)
 }
 
 
 def summarize(timelines: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
     """Medians over steps of the numbers :func:`summary_text` reads."""
     return {k: median_of(timelines, *path) for k, path in SUMMARY_KEYS.items()}
+
+
+def tower_end_ms(tl: Mapping[str, Any]) -> float | None:
+    """When the worker's part of the step ended (ms): its backward pass's end in
+    training, its last compute op's in inference."""
+    end = (tl.get("backward") or {}).get("last_end_ms")
+    return end if end is not None else (tl.get("compute") or {}).get("last_end_ms")
+
+
+def last_to_finish(per_worker: Mapping[str, Sequence[Mapping[str, Any]]]
+                   ) -> list[dict[str, Any]]:
+    """Per traced step (the workers' lists run in step), the timeline of the worker
+    whose tower ended last (:func:`tower_end_ms`), the one the synchronous step waits
+    for, with ``worker`` set to it and ``first_tower_end_ms`` to the earliest worker's
+    tower end (the straggler gap between them)."""
+    lengths = {len(v) for v in per_worker.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"the workers have different numbers of traced steps: {lengths}")
+    out = []
+    for i in range(lengths.pop() if lengths else 0):
+        ends = {w: tower_end_ms(tls[i]) for w, tls in per_worker.items()}
+        known = {w: e for w, e in ends.items() if e is not None}
+        if not known:
+            continue
+        last = max(known, key=known.get)
+        out.append(dict(per_worker[last][i], worker=last,
+                        first_tower_end_ms=min(known.values())))
+    return out
 
 
 def summary_text(summaries: Mapping[str, Mapping[str, float | None]]) -> str:

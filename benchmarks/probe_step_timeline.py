@@ -1,8 +1,10 @@
-"""Where does a one-worker training step go, under TensorFlow's order and under TIC?
+"""Where does a synchronous training step go, order by order, worker by worker?
 
-Issue #37, "one-worker training, explained": VGG-16 training, 1 worker, 1 PS, comm/comp
-0.5, TIC gained +2.3 % over TensorFlow's default although the conv weights (about 44 %
-of the bytes) feed the conv forward pass and could hide the fully-connected pulls.
+Two questions: why TIC bought almost nothing on one-worker VGG-16 training (comm/comp
+0.5, +2.3 % although the conv weights feed the conv forward pass and could hide the
+fully-connected pulls), and, with ``--workers 2``, where a two-worker step spends the
+time between the bound no order can beat (the pulls of every worker, then one worker's
+pushes: bench/limit.py) and what it measures.
 
 One configuration, as ``tictac bench`` runs it: a native-gate PS and the worker (plus
 a direct worker on the PS's plain twin for "none", TensorFlow's default path), each in
@@ -15,16 +17,18 @@ forward conv/matmul starts against its weights' arrival (the wait the transfer
 caused), the compute device's busy and idle time (idle while pulls were still on the
 way), where the pushes go against the backward pass, the gate's hand-back of each
 transfer against the worker's arrival; beside it the simulator's predicted step per
-order (bench/predict.py, as the bench calls it).
+order (bench/predict.py, as the bench calls it). With several workers, each traced
+step is read on every worker, and the summary is that of the worker whose tower
+(forward and backward) ended last: the one the step waits for.
 
-    sudo .venv/bin/python benchmarks/probe_one_worker_timeline.py \\
-        [--model vgg16] [--mode training] [--ratio 0.5] [--steps 3] \\
+    sudo .venv/bin/python benchmarks/probe_step_timeline.py \\
+        [--model vgg16] [--mode training] [--workers 1] [--ratio 0.5] [--steps 3] \\
         [--orders none,rendezvous,tic] [--out FILE.json] [--loopback]
 
 Needs root and tc (iproute2) for the shaped link; without them it says so and exits
 (status 2) unless ``--loopback`` (the timeline at loopback speed: no comm/comp).
 About 5 minutes for VGG-16 on two cores. Prints the summary table and writes the
-JSON (``--out``, default results/probes/one-worker-timeline/<model>-<mode>.json).
+JSON (``--out``, default results/probes/step-timeline/<model>-<mode>[-w<N>].json).
 """
 from __future__ import annotations
 
@@ -40,7 +44,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tictac_hooks import flags as tictac_flags  # noqa: E402
-from tictac_hooks.bench import metrics, timeline, workloads  # noqa: E402
+from tictac_hooks.bench import limit, metrics, timeline, workloads  # noqa: E402
+from tictac_hooks.bench.limit import LinkLimit  # noqa: E402
 from tictac_hooks.bench.runner import (PROFILE_RATE, WORKER_ENV, client_result,  # noqa: E402
                                        parse_rates, provenance, serve_client)
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WINDOW_BYTES  # noqa: E402
@@ -105,7 +110,8 @@ def inner(cfg: dict) -> dict:
     records = {}
     for name in cfg["orders"]:
         which = 1 if name == bench_orders.DIRECT else 0
-        worker = f"worker:{(cfg['direct_tasks'] if which else cfg['interposed_tasks'])[0]}"
+        tasks = [f"worker:{k}" for k in
+                 (cfg["direct_tasks"] if which else cfg["interposed_tasks"])]
         fetches = r.work.sets[which].fetches
         if name in controllers:
             controllers[name].resume()
@@ -122,13 +128,17 @@ def inner(cfg: dict) -> dict:
         gate_steps = steps_everywhere(cfg["ps_addresses"]) if which == 0 else []
         for s in gate_steps:
             records[(s.ps, s.step_id, s.worker)] = s
-        timelines = []
-        for wall, md in steps:
-            trace = timeline.read_step(md.step_stats, worker)
-            part = timeline.partition_inputs(md.partition_graphs, worker)
-            tl = timeline.analyze(trace, part, wall_s=wall)
-            tl["gate"] = timeline.gate_vs_worker(gate_steps, trace, worker) if which == 0 else None
-            timelines.append(tl)
+        per_worker: dict[str, list] = {}
+        for worker in tasks:
+            for wall, md in steps:
+                trace = timeline.read_step(md.step_stats, worker)
+                part = timeline.partition_inputs(md.partition_graphs, worker)
+                tl = timeline.analyze(trace, part, wall_s=wall)
+                tl["gate"] = (timeline.gate_vs_worker(gate_steps, trace, worker)
+                              if which == 0 else None)
+                per_worker.setdefault(worker, []).append(tl)
+        # the synchronous step waits for the worker whose tower ends last
+        timelines = timeline.last_to_finish(per_worker)
         summary = timeline.summarize(timelines)
         gates = [tl["gate"] for tl in timelines if tl["gate"]]
         summary["gate_first_handback_ms"] = timeline.median_of(gates, "first_handback_ms")
@@ -136,10 +146,14 @@ def inner(cfg: dict) -> dict:
         summary["gate_held_total_ms"] = timeline.median_of(gates, "held_total_ms")
         summary["handback_to_arrival_median_ms"] = timeline.median_of(
             gates, "handback_to_arrival_median_ms")
-        out[name] = {"worker": worker,
+        out[name] = {"workers": tasks,
+                     "last_worker": [tl["worker"] for tl in timelines],
                      "plain_step_ms": [round(s * 1e3, 1) for s in plain],
                      "plain_median_ms": round(statistics.median(plain) * 1e3, 1),
-                     "summary": summary, "traced": timelines}
+                     "summary": summary,
+                     "per_worker": {w: timeline.summarize(tls)
+                                    for w, tls in per_worker.items()},
+                     "traced": timelines if len(tasks) == 1 else per_worker}
         say(f"{name}: plain median {out[name]['plain_median_ms']:.0f} ms, traced "
             f"{summary['wall_ms']:.0f} ms")
     sizes = bytes_per_transfer(records.values(), recv_names)
@@ -147,8 +161,24 @@ def inner(cfg: dict) -> dict:
                                      rate_bits, {f"ps:{i}": b for i, b in
                                                  enumerate(bytes_per_ps)},
                                      pushes, compute_ref, sizes)
+    # the bound no order beats (bench/limit.py): the pulls of every worker through the
+    # PS's egress, then, in training, one worker's pushes (synchronous training's barrier)
+    pushed = [tl["pushes"]["bytes"] for o in out.values() for tl in
+              (o["traced"] if isinstance(o["traced"], list) else
+               [t for tls in o["traced"].values() for t in tls]) if tl["pushes"]["bytes"]]
+    push_one = statistics.median(pushed) * 8 / rate_bits if pushed else None
+    bound = LinkLimit(compute_ref, limit.PROFILED, comm,
+                      None if push_one is None else w * push_one,
+                      limit.TRACED if push_one else "", push_one)
     r.close()
-    return {"param_bytes": r.work.param_bytes, "rate_bits": rate_bits, "comp_s": comp,
+    return {"bound": {"pulls_ms": round(comm * 1e3, 1),
+                      "one_worker_pushes_ms": None if push_one is None
+                      else round(push_one * 1e3, 1),
+                      "compute_ms": round(compute_ref * 1e3, 1),
+                      "barrier_bound_ms": None if bound.sync_s is None
+                      else round(bound.sync_s * 1e3, 1),
+                      "link_bound_ms": round(bound.bound_s * 1e3, 1)},
+            "param_bytes": r.work.param_bytes, "rate_bits": rate_bits, "comp_s": comp,
             "compute_s": compute_ref, "trace_op_sum_s": traced_comp, "comm_s": comm,
             "comm_comp_ratio": comm / comp, "bytes_per_ps": bytes_per_ps,
             "predicted_step_ms": {m: {n: round(s * 1e3, 1) for n, s in v.items()}
@@ -215,7 +245,7 @@ def outer(args: argparse.Namespace) -> int:
               f"(iproute2) to shape the link to comm/comp {args.ratio}; --loopback runs it "
               f"unshaped.", flush=True)
         return 2
-    w = 1
+    w = args.workers
     direct = bench_orders.DIRECT in orders
     direct_tasks = list(range(w, 2 * w)) if direct else []
     total = 2 * w if direct else w
@@ -223,7 +253,7 @@ def outer(args: argparse.Namespace) -> int:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="tictac-timeline-") as tmp:
         cfg = {"label": f"timeline {args.model}/{args.mode}", "model": args.model,
-               "mode": args.mode, "ps": 1, "batch": batch, "interposed_tasks": [0],
+               "mode": args.mode, "ps": 1, "batch": batch, "interposed_tasks": list(range(w)),
                "direct_tasks": direct_tasks, "orders": orders, "ratio": args.ratio,
                "steps": args.steps, "plain_steps": args.plain_steps,
                "warmup": args.warmup, "settle": 2, "profile_steps": 3,
@@ -254,17 +284,23 @@ def outer(args: argparse.Namespace) -> int:
     text.append("simulator, predicted step ms: " + "; ".join(
         f"{m}: " + ", ".join(f"{n} {v:.0f}" for n, v in p.items())
         for m, p in result["predicted_step_ms"].items()))
+    b = result["bound"]
+    text.append(f"bound: pulls {b['pulls_ms']:.0f} ms + one worker's pushes "
+                f"{b['one_worker_pushes_ms'] or 0:.0f} ms = barrier bound "
+                f"{b['barrier_bound_ms'] or 0:.0f} ms; compute with no transfer "
+                f"{b['compute_ms']:.0f} ms; link bound {b['link_bound_ms']:.0f} ms")
     text.append(f"link {result['rate_bits'] / 1e6:.0f} Mbit/s, comm/comp "
                 f"{result['comm_comp_ratio']:.2f}, comp {result['comp_s'] * 1e3:.0f} ms, "
                 f"compute with no transfer {result['compute_s'] * 1e3:.0f} ms")
-    doc = {**provenance(), "model": args.model, "mode": args.mode, "workers": 1, "ps": 1,
+    doc = {**provenance(), "model": args.model, "mode": args.mode, "workers": w, "ps": 1,
            "batch": batch, "ratio": args.ratio, "steps": args.steps,
            "network": {"shaped": shaped, "reason": "" if shaped else why},
            "machine": {"loadavg_1m_before": load[0], "loadavg_1m_after": os.getloadavg()[0],
                        "cpus": os.cpu_count()},
            **result, "summary_text": "\n".join(text)}
-    out = args.out or os.path.join(HERE, "results", "probes", "one-worker-timeline",
-                                   f"{workloads.model_key(args.model)}-{args.mode}.json")
+    out = args.out or os.path.join(HERE, "results", "probes", "step-timeline",
+                                   f"{workloads.model_key(args.model)}-{args.mode}"
+                                   + (f"-w{w}" if w > 1 else "") + ".json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
         json.dump(doc, f, indent=1)
@@ -285,6 +321,9 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="vgg16")
     p.add_argument("--mode", default="training", choices=workloads.MODES)
+    p.add_argument("--workers", type=int, default=1,
+                   help="workers in the synchronous step (default 1); the timeline "
+                        "read is the worker whose tower ends last, each step")
     p.add_argument("--ratio", type=float, default=0.5,
                    help="comm/comp, as tictac bench --bandwidth auto:R (default 0.5)")
     p.add_argument("--steps", type=int, default=3, help="traced steps per order")
@@ -300,6 +339,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     parse_rates([f"auto:{args.ratio}"])  # the bench's range check
+    if args.workers < 1:
+        p.error(f"--workers must be at least 1, got {args.workers}")
     return outer(args)
 
 
