@@ -69,6 +69,16 @@ def trace_step(tf, session, fetches):
     return time.time() - t0, md
 
 
+def slim(tl: dict) -> dict:
+    """A timeline without its per-op and per-transfer lists."""
+    out = {k: v for k, v in tl.items() if k != "gate"}
+    out["forward"] = {k: v for k, v in tl["forward"].items() if k != "ops"}
+    out["pushes"] = {k: v for k, v in tl["pushes"].items() if k != "items"}
+    if tl.get("gate"):
+        out["gate"] = {k: v for k, v in tl["gate"].items() if k != "transfers"}
+    return out
+
+
 def inner(cfg: dict) -> dict:
     """Runs in the client's namespace (bench/client.py's role)."""
     from tictac_hooks.bench import client, predict
@@ -153,7 +163,13 @@ def inner(cfg: dict) -> dict:
                      "summary": summary,
                      "per_worker": {w: timeline.summarize(tls)
                                     for w, tls in per_worker.items()},
-                     "traced": timelines if len(tasks) == 1 else per_worker}
+                     # every op of the worker the step waited for; of each worker, the
+                     # timeline without its per-op and per-transfer lists (the file
+                     # stays small)
+                     "traced": timelines,
+                     "traced_per_worker": {w: [slim(tl) for tl in tls]
+                                           for w, tls in per_worker.items()}
+                     if len(tasks) > 1 else None}
         say(f"{name}: plain median {out[name]['plain_median_ms']:.0f} ms, traced "
             f"{summary['wall_ms']:.0f} ms")
     sizes = bytes_per_transfer(records.values(), recv_names)
@@ -163,13 +179,13 @@ def inner(cfg: dict) -> dict:
                                      pushes, compute_ref, sizes)
     # the bound no order beats (bench/limit.py): the pulls of every worker through the
     # PS's egress, then, in training, one worker's pushes (synchronous training's barrier)
-    pushed = [tl["pushes"]["bytes"] for o in out.values() for tl in
-              (o["traced"] if isinstance(o["traced"], list) else
-               [t for tls in o["traced"].values() for t in tls]) if tl["pushes"]["bytes"]]
+    pushed = [tl["pushes"]["bytes"] for o in out.values() for tl in o["traced"]
+              if tl["pushes"]["bytes"]]
     push_one = statistics.median(pushed) * 8 / rate_bits if pushed else None
     bound = LinkLimit(compute_ref, limit.PROFILED, comm,
                       None if push_one is None else w * push_one,
-                      limit.TRACED if push_one else "", push_one)
+                      limit.TRACED if push_one else "", push_one,
+                      metrics.comm_seconds(bytes_per_ps, 1, rate_bits))
     r.close()
     return {"bound": {"pulls_ms": round(comm * 1e3, 1),
                       "one_worker_pushes_ms": None if push_one is None

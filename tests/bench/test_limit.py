@@ -55,6 +55,9 @@ def test_the_issues_resnet50_case():
     # 1,725 ms step is 1.12x that.
     assert limit.push_one_s == pytest.approx(PULLS / 2)
     assert limit.sync_s == pytest.approx(1.5 * PULLS)
+    # the way into the PS (one worker's pulls, then both workers' pushes) is as long
+    # with dense gradients
+    assert limit.pull_one_s + limit.push_s == pytest.approx(1.5 * PULLS)
     assert limit.over(1.725, limit.sync_s) == pytest.approx(1.725 / (1.5 * PULLS))
     # compute longer than pulls and pushes: compute bounds both
     slow = _bench(compute_s=2.0)
@@ -80,6 +83,11 @@ def test_the_bound_is_the_larger_part():
     assert limit.push_source == TRACED
     assert limit.push_s == pytest.approx(2 * 120 * MIB * 8 / RATE)
     assert limit.bound_s == limit.push_s and limit.pull_s == pytest.approx(PULLS)
+    # with the barrier, the path into the PS binds: no gradient before a worker's own
+    # 90 MiB of pulls, then both workers' 120 MiB through the PS's ingress (90 + 240 MiB)
+    # beats the way out (every pull, 180 MiB, then one worker's 120 MiB)
+    assert limit.pull_one_s == pytest.approx(90 * MIB * 8 / RATE)
+    assert limit.sync_s == pytest.approx((90 + 2 * 120) * MIB * 8 / RATE)
     # the result records the traced pushes itself (push_bytes_per_ps): the same bound,
     # through the JSON and back, without the simulator's inputs
     from tictac_hooks.bench.limit import traced_push_bytes

@@ -18,12 +18,21 @@ TicTac's best order and of TensorFlow's default over it.
 
 Synchronous training adds a barrier the bound above ignores: no worker's backward pass
 starts before its last pull has arrived (the forward pass needs every parameter), and
-the next step's pulls wait for this step's pushes (the update). So the worker whose
-last pull arrives last (no earlier than *pulls*, when the PS's egress is the busiest)
-produces every gradient after it, and all its pushes follow:
-``barrier bound = max(compute, pulls + one worker's pushes)`` (:attr:`LinkLimit.sync_s`;
-one worker's pushes alone over its busiest direction). Only a pipeline across steps,
-which synchronous training forbids, could beat it.
+the next step's pulls wait for this step's pushes (the update). That gives two paths
+through the step, and the step is no shorter than either:
+
+- *out of the PS*: the worker whose last pull arrives last (no earlier than *pulls*,
+  when the PS's egress is the busiest) produces every gradient after it, and all its
+  pushes follow: pulls + one worker's pushes;
+- *into the PS*: no gradient exists before some worker has all its own pulls (no
+  earlier than one worker's pulls), and the PS's ingress then carries every worker's
+  pushes: one worker's pulls + pushes.
+
+``barrier bound = max(compute, pulls + one worker's pushes, one worker's pulls +
+pushes)`` (:attr:`LinkLimit.sync_s`; "one worker's" is its busiest direction alone).
+With dense gradients (pushes as large as pulls) both paths are (workers + 1) x one
+worker's pulls. Only a pipeline across steps, which synchronous training forbids, could
+beat it.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ class LinkLimit:
     push_s: float | None      # the busiest direction's pushes per step (None: inference)
     push_source: str          # TRACED, AS_PULLS ("" in inference)
     push_one_s: float | None = None  # one worker's pushes alone (None: inference)
+    pull_one_s: float | None = None  # one worker's pulls alone (None: the ingress path unknown)
 
     @property
     def wire_s(self) -> float:
@@ -63,11 +73,14 @@ class LinkLimit:
 
     @property
     def sync_s(self) -> float | None:
-        """The bound with synchronous training's barrier (module docstring): the pulls,
-        then one worker's pushes; None in inference."""
+        """The bound with synchronous training's barrier (module docstring): every
+        pull, then one worker's pushes; or one worker's pulls, then every push; None in
+        inference."""
         if self.push_one_s is None:
             return None
-        return max(self.compute_s or 0.0, self.pull_s + self.push_one_s)
+        ingress = (self.pull_one_s + self.push_s
+                   if self.pull_one_s is not None and self.push_s is not None else 0.0)
+        return max(self.compute_s or 0.0, self.pull_s + self.push_one_s, ingress)
 
     def over(self, step_s: float | None, bound_s: float | None = None) -> float | None:
         """``step_s`` over the bound (or over ``bound_s``; None where either is
@@ -133,7 +146,8 @@ def link_limit(result: BenchRun, run: RateRun) -> LinkLimit:
         pull_s=comm_seconds(run.bytes_per_ps, workers, run.rate_bits),
         push_s=comm_seconds(pushed, workers, run.rate_bits) if pushed is not None else None,
         push_source=push_source,
-        push_one_s=comm_seconds(pushed, 1, run.rate_bits) if pushed is not None else None)
+        push_one_s=comm_seconds(pushed, 1, run.rate_bits) if pushed is not None else None,
+        pull_one_s=comm_seconds(run.bytes_per_ps, 1, run.rate_bits))
 
 
 def best_tictac(run: RateRun) -> tuple[str, float] | None:
@@ -196,8 +210,9 @@ def limit_section(results: Sequence[BenchRun]) -> list[str]:
             "step over the link rate (out of a PS: every worker's pulls; into it, in "
             "training: their gradients; a worker's link: the sum over the PSes). Steps "
             "are medians. *with the barrier* (training): synchronous training's bound, "
-            "max(compute, pulls + one worker's pushes): the worker whose last pull comes "
-            "last pushes every gradient after it.", "",
+            "max(compute, pulls + one worker's pushes, one worker's pulls + pushes): the "
+            "worker whose last pull comes last pushes every gradient after it, and no "
+            "gradient leaves before some worker has all its pulls.", "",
             "| config | link | compute ms | pulls ms | pushes ms | bound ms "
             "| TicTac's best ms | over the bound | default ms | over the bound "
             "| with the barrier ms | TicTac's best over it |",
