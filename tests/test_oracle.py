@@ -159,3 +159,58 @@ def test_analyzed_graph_resnet50_training():
     assert g.has_times()
     assert len(g.recvs) >= 214        # every trainable variable at least once
     assert sum(op.bytes for op in g.recvs) > 90e6
+
+
+def _ids_model(keras, unique: bool):
+    """ids (batch,) -> Embedding(40, 8) -> Dense(3); ``unique``: the lookup takes the
+    distinct ids only (their count is known only when the step runs)."""
+    class IdsModel(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.table = keras.layers.Embedding(40, 8, name="table")
+            self.head = keras.layers.Dense(3, name="head")
+
+        def call(self, ids):
+            if unique:
+                import tensorflow as tf
+                rows, index = tf.unique(ids)
+                return self.head(tf.gather(self.table(rows), index))
+            return self.head(self.table(ids))
+    model = IdsModel()
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_analyzed_model_sizes_the_embedding_lookup_by_the_traced_batch(training):
+    """analyze.analyzed_model (a model of one's own, traced on its own batch): the
+    gather's recv carries batch x dim x 4 bytes and is timed by them like every recv."""
+    keras = pytest.importorskip("tf_keras")
+    import numpy as np
+    from tictac_hooks.graph.tf import analyze
+
+    model = _ids_model(keras, unique=False)
+    ids = np.arange(6, dtype="int64")
+    g = analyze.analyzed_model(model, (ids, ids % 3), training=training,
+                               bandwidth_bytes_per_s=1e6, steps=1, warmup=1,
+                               progress=False)
+    assert g.has_times()
+    gathers = [r for r in g.recvs if r.param and "table" in r.param
+               and r.bytes != 40 * 8 * 4]
+    assert len(gathers) == 1 and gathers[0].bytes == 6 * 8 * 4
+    assert all(r.bytes is not None and r.time == pytest.approx(r.bytes / 1e6)
+               for r in g.recvs)
+
+
+def test_analyzed_model_names_a_recv_whose_traced_shape_is_unknown():
+    keras = pytest.importorskip("tf_keras")
+    import numpy as np
+    from tictac_hooks.graph.tf import analyze
+
+    model = _ids_model(keras, unique=True)
+    ids = np.array([1, 1, 2, 5], dtype="int64")
+    with pytest.raises(GraphError, match=r"1 recv\(s\) have no size.*embedding_lookup "
+                                         r"\(ResourceGather\).*fixed shape"):
+        analyze.analyzed_model(model, (ids, ids % 3), training=False,
+                               bandwidth_bytes_per_s=1e6, progress=False)

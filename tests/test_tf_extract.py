@@ -700,3 +700,72 @@ def test_declared_positions_under_parameter_server_strategy_with_sharded_kernels
     assert reads["token_embedding/embeddings"] == 4  # two shards, read twice
     assert list(dict.fromkeys(param(n) for n in out["reverse_declared"]["trainable"])) == \
         [f"{layer}/{w}" for layer in ("head", "fc3", "fc2", "fc1") for w in ("kernel", "bias")]
+
+
+def _embedding_model(keras, rows=50, dim=6, dense=3):
+    """A tf_keras model whose ids (one per example, shape (batch,)) go through an
+    Embedding: the lookup is a ResourceGather of [batch, dim] rows."""
+    class EmbeddingModel(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.table = keras.layers.Embedding(rows, dim, name="table")
+            self.head = keras.layers.Dense(dense, name="head")
+
+        def call(self, ids):
+            return self.head(self.table(ids))
+    model = EmbeddingModel()
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_an_embedding_gathers_recv_is_sized_by_its_traced_rows(training):
+    """The recv of an embedding lookup carries batch x dim x 4 bytes (the gather's
+    output in the step traced on the batch), not the table's size and not None; the
+    plain reads keep their variable's size."""
+    keras = pytest.importorskip("tf_keras")
+    model = _embedding_model(keras)
+    ids = np.array([3, 1, 4, 1, 5], dtype="int64")
+    targets = np.array([0, 1, 2, 0, 1], dtype="int64")
+    model(ids)
+    ext, _, _ = keras_models.extract_keras_model(model, len(ids), training=training,
+                                                 example=(ids, targets))
+    gathers = [r for r in ext.graph.recvs if ext.op_types[r.name] == "ResourceGather"]
+    assert len(gathers) == 1
+    assert gathers[0].bytes == 5 * 6 * 4
+    assert "table/embeddings" in ext.recv_variables[gathers[0].name]
+    reads = [r for r in ext.graph.recvs if r not in gathers]
+    assert reads and all(r.bytes is not None for r in reads)
+    head = {"/".join(ext.recv_variables[r.name].split(":")[0].split("/")[-2:]): r.bytes
+            for r in reads}
+    assert head["head/kernel"] == 6 * 3 * 4 and head["head/bias"] == 3 * 4
+    # every recv has a size, so the bandwidth oracle times them all
+    times = oracle.recv_times_from_bandwidth(ext.graph, 1e6)
+    assert times[gathers[0].name] == pytest.approx(120 / 1e6)
+
+
+def test_a_gather_inside_a_nested_function_is_sized_and_an_unknown_shape_is_none():
+    """A gather in an inlined tf.function body is sized from that function's traced
+    graph; a gather whose rows the trace does not know (ids of unknown length) keeps
+    bytes None, and the bandwidth oracle names it."""
+    table = tf.Variable(tf.ones((10, 5)), name="table")
+
+    @tf.function
+    def inner(ids):
+        return tf.gather(table, ids)
+
+    @tf.function
+    def outer(ids):
+        return tf.reduce_sum(inner(ids))
+
+    g = functions.extract_concrete_function(
+        outer.get_concrete_function(tf.constant([1, 2, 3]))).graph
+    (recv,) = g.recvs
+    assert "PartitionedCall" in recv.name and recv.bytes == 3 * 5 * 4
+    unknown = functions.extract_concrete_function(outer.get_concrete_function(
+        tf.TensorSpec([None], tf.int32))).graph
+    (recv,) = unknown.recvs
+    assert recv.bytes is None
+    with pytest.raises(GraphError, match="no size.*" + re.escape(recv.name)):
+        oracle.recv_times_from_bandwidth(unknown, 1e6)

@@ -4,8 +4,10 @@
 inference step (:mod:`tictac_hooks.graph.tf.keras_models`), measures every compute op
 on this machine with the TensorFlow profiler (:mod:`tictac_hooks.graph.tf.profiler`),
 and times every recv as bytes / bandwidth (:mod:`tictac_hooks.graph.oracle`). Keras 3
-is used unless ``TF_USE_LEGACY_KERAS=1`` selects tf_keras. TensorFlow is imported when
-these functions are called.
+is used unless ``TF_USE_LEGACY_KERAS=1`` selects tf_keras. :func:`analyzed_model` does
+the same for a model one built oneself, traced on one batch of its own (the PS
+workloads of ``tictac bench --model``). TensorFlow is imported when these functions
+are called.
 """
 
 from __future__ import annotations
@@ -88,17 +90,63 @@ def analyzed_graph(name: str, training: bool, batch_size: int,
     deployment get 0). Recvs: ``latency + bytes / bandwidth_bytes_per_s``. Progress goes
     to stderr (``stream``) when ``progress`` is true.
     """
-    if not bandwidth_bytes_per_s > 0:
-        raise GraphError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s!r}")
-    out = stream or sys.stderr
-    say = (lambda msg: print(msg, file=out, flush=True)) if progress else (lambda msg: None)
-    t0 = time.perf_counter()
+    _check_bandwidth(bandwidth_bytes_per_s)
+    say, t0 = _sayer(progress, stream), time.perf_counter()
     say(f"building {name} ({'training' if training else 'inference'}, "
         f"batch {batch_size}) ...")
     model = build_application_model(name, training, batch_size, image_size)
+    return _timed(model, None, training, batch_size, bandwidth_bytes_per_s, progress,
+                  steps, warmup, latency, stream, t0)
+
+
+def analyzed_model(model: Any, example: Any, training: bool, bandwidth_bytes_per_s: float,
+                   progress: bool = True, steps: int = 5, warmup: int = 2,
+                   latency: float = 0.0, stream: TextIO | None = None) -> Graph:
+    """:func:`analyzed_graph` for a model of one's own: a built Keras model (compiled
+    for training) and one ``(inputs, targets)`` batch, arrays or dicts of arrays (what
+    ``tictac bench --model PATH.py:FUNCTION`` and the built-in ``dlrm`` and
+    ``transformer`` return), on which its step is traced and profiled.
+
+    A gather's recv (an embedding lookup on a PS-held table) is sized by its output
+    in the traced step: [batch, ..., dim] x the dtype's size.
+
+    Raises:
+      GraphError: a recv whose size the trace left unknown (named).
+    """
+    _check_bandwidth(bandwidth_bytes_per_s)
+    inputs = example[0]
+    first = next(iter(inputs.values())) if isinstance(inputs, dict) else inputs
+    return _timed(model, example, training, len(first), bandwidth_bytes_per_s, progress,
+                  steps, warmup, latency, stream, time.perf_counter())
+
+
+def _check_bandwidth(bandwidth_bytes_per_s: float) -> None:
+    if not bandwidth_bytes_per_s > 0:
+        raise GraphError(f"bandwidth_bytes_per_s must be > 0, got {bandwidth_bytes_per_s!r}")
+
+
+def _sayer(progress: bool, stream: TextIO | None) -> Callable[[str], None]:
+    out = stream or sys.stderr
+    return (lambda msg: print(msg, file=out, flush=True)) if progress else (lambda msg: None)
+
+
+def _timed(model: Any, example: Any, training: bool, batch_size: int,
+           bandwidth_bytes_per_s: float, progress: bool, steps: int, warmup: int,
+           latency: float, stream: TextIO | None, t0: float) -> Graph:
+    """Traces ``model``'s step, profiles its compute ops and times its recvs."""
+    out = stream or sys.stderr
+    say = _sayer(progress, stream)
     say(f"tracing ({time.perf_counter() - t0:.1f} s) ...")
-    ext, fn, args = keras_models.extract_keras_model(model, batch_size, training)
+    ext, fn, args = keras_models.extract_keras_model(model, batch_size, training,
+                                                     example=example)
     graph = ext.graph
+    unknown = [op.name for op in graph.recvs if op.bytes is None]
+    if unknown:
+        named = ", ".join(f"{n} ({ext.op_types.get(n, '?')})" for n in unknown[:3])
+        raise GraphError(
+            f"{len(unknown)} recv(s) have no size: the traced step left the output shape "
+            f"of {named}{' ...' if len(unknown) > 3 else ''} unknown; trace the step on a "
+            "batch of fixed shape")
     say(f"traced: {len(graph)} ops, {len(graph.recvs)} recvs "
         f"({time.perf_counter() - t0:.1f} s); measuring on this CPU ...")
     bar = progress_bar("measuring", out) if progress else None

@@ -53,8 +53,12 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None,
 
       * Each read of a remote variable (``ReadVariableOp``, ``ResourceGather``...) is a
         recv named after the read node (as the rendezvous key names it), ``bytes`` the
-        variable's size (None for gathers), channel ``"<job>:<task>"`` from the
-        variable's device, ``"ps:0"`` for a local variable (``/job:localhost``). A variable read twice is two transfers.
+        variable's size; for a gather (whose size follows the ids, not the variable),
+        its output's size in the traced function (shape x dtype size, e.g. an
+        embedding lookup's [batch, ..., dim] rows), None where the trace left a
+        dimension unknown (a batch of unknown size). Channel ``"<job>:<task>"`` from
+        the variable's device, ``"ps:0"`` for a local variable (``/job:localhost``). A
+        variable read twice is two transfers.
         Inputs of a read other than the handle (control edges from automatic control
         dependencies, gather indices) are dropped and listed in ``dropped_inputs``.
       * Ops that consume a remote handle otherwise (``AssignVariableOp``,
@@ -99,14 +103,14 @@ def extract_concrete_function(concrete_fn: Any, remote_variables: Any = None,
             remote_handles[internal.op.name] = var
     graph_def = graph.as_graph_def()
     library = {f.signature.name: f for f in graph_def.library.function}
-    builder = _Builder(library)
+    builder = _Builder(library, function_graphs(graph))
     nodes = [_Node(n.name, n.op, list(n.input), n.attr) for n in graph_def.node]
     loop = _step_loop(nodes, library, remote_handles)
     if loop is not None:
         builder.add_loop_body(loop, dict(remote_handles))
     else:
         builder.add_nodes(nodes, prefix="", arg_map={},
-                          remote={k: v for k, v in remote_handles.items()})
+                          remote={k: v for k, v in remote_handles.items()}, traced=graph)
     extraction = builder.finish()
     if declared is None:
         return extraction
@@ -154,6 +158,36 @@ def _calls(fdef: Any, library: Mapping[str, Any], ops: frozenset[str], depth: in
     return False
 
 
+def function_graphs(graph: Any) -> dict[str, Any]:
+    """The traced graphs (``FuncGraph``) of the functions ``graph`` calls, directly or
+    not, by their library name (``graph._functions``: TensorFlow's registry of the
+    functions a graph calls; the GraphDef's FunctionDefs carry no output shapes)."""
+    out: dict[str, Any] = {}
+    todo = [graph]
+    while todo:
+        for name, fn in dict(getattr(todo.pop(), "_functions", None) or {}).items():
+            inner = getattr(fn, "graph", None)
+            if inner is not None and name not in out:
+                out[name] = inner
+                todo.append(inner)
+    return out
+
+
+def traced_output_bytes(traced: Any, node_name: str) -> int | None:
+    """Bytes of ``node_name``'s first output in the traced graph ``traced`` (its static
+    shape x its dtype's size), or None: no such graph or node, or a dimension the trace
+    left unknown."""
+    if traced is None:
+        return None
+    try:
+        out = traced.get_operation_by_name(node_name).outputs[0]
+    except (KeyError, ValueError, IndexError):
+        return None
+    if not out.shape.is_fully_defined() or not out.dtype.size:
+        return None
+    return int(out.shape.num_elements()) * out.dtype.size
+
+
 def graph_from_concrete_function(concrete_fn: Any, remote_variables: Any = None) -> Graph:
     """The iteration DAG of a ``ConcreteFunction``; see :func:`extract_concrete_function`."""
     return extract_concrete_function(concrete_fn, remote_variables).graph
@@ -190,8 +224,10 @@ class _Node:
 class _Builder:
     """Walks a GraphDef (and inlined function bodies) into DAG ops."""
 
-    def __init__(self, library: Mapping[str, Any]):
+    def __init__(self, library: Mapping[str, Any],
+                 traced: Mapping[str, Any] | None = None):
         self.library = library
+        self.traced = traced or {}  # function name -> its traced graph (output shapes)
         self.ops: list[Op] = []
         self.names: set[str] = set()
         self.op_types: dict[str, str] = {}
@@ -206,9 +242,11 @@ class _Builder:
         self.control_outputs: dict[str, list[str]] = {}
 
     def add_nodes(self, nodes: list[_Node], prefix: str,
-                  arg_map: Mapping[str, list[str]], remote: dict[str, Any]) -> None:
+                  arg_map: Mapping[str, list[str]], remote: dict[str, Any],
+                  traced: Any = None) -> None:
         """``arg_map``: function argument name -> the op names it stands for.
-        ``remote``: node or argument name (unprefixed) -> remote variable."""
+        ``remote``: node or argument name (unprefixed) -> remote variable. ``traced``:
+        the traced graph the nodes come from (their output shapes), if known."""
         for node in nodes:
             full = prefix + node.name
             deps: list[str] = []
@@ -236,7 +274,8 @@ class _Builder:
                 # that data came: a recv with inputs. Ordering (control) inputs are
                 # dropped: the PS keeps that ordering itself.
                 var = remote_inputs[0]
-                nbytes = (_variable_bytes(var) if node.op == "ReadVariableOp" else None)
+                nbytes = (_variable_bytes(var) if node.op == "ReadVariableOp"
+                          else traced_output_bytes(traced, node.name))
                 inputs = tuple(dict.fromkeys(data_deps))
                 self._add(Op(name=full, kind=RECV, inputs=inputs, channel=_channel(var),
                              bytes=nbytes, param=parameter_name(var.name)), node.op)
@@ -277,7 +316,8 @@ class _Builder:
         body_args = {arg.name: [] for arg in fdef.signature.input_arg
                      if arg.name not in body_remote}
         body = _body_nodes(fdef)
-        self.add_nodes(body, f"{loop.name}/body/", body_args, body_remote)
+        self.add_nodes(body, f"{loop.name}/body/", body_args, body_remote,
+                       self.traced.get(fdef.signature.name))
 
     def _resolve(self, src: str, raw: str, prefix: str, arg_map: Mapping[str, list[str]],
                  control: bool) -> list[str]:
@@ -320,7 +360,8 @@ class _Builder:
         body_prefix = full + "/"
         before = len(self.ops)
         body = _body_nodes(fdef)
-        self.add_nodes(body, body_prefix, body_args, body_remote)
+        self.add_nodes(body, body_prefix, body_args, body_remote,
+                       self.traced.get(sig.name))
         added = [op.name for op in self.ops[before:]]
         outs = []
         for arg in sig.output_arg:

@@ -19,7 +19,8 @@ from tictac_hooks.graph.tf.functions import extract_concrete_function
 
 def keras_step_function(model: Any, batch_size: int, training: bool = True,
                         input_shape: Sequence[int] | None = None,
-                        num_classes: int | None = None) -> tuple[Any, tuple[Any, ...]]:
+                        num_classes: int | None = None, example: Any = None
+                        ) -> tuple[Any, tuple[Any, ...]]:
     """A concrete function of one train (or predict) step of a Keras model, and its args.
 
     Training traces ``model.train_step((x, y))`` inside a ``tf.function``: forward,
@@ -28,7 +29,11 @@ def keras_step_function(model: Any, batch_size: int, training: bool = True,
     counter). Inference traces ``model.predict_step(x)``. Inputs are random tensors of
     the model's input shape (``input_shape`` overrides it, batch dimension excluded);
     labels are integer classes when the loss is sparse, else tensors shaped like the
-    output. The model must be compiled for training.
+    output. ``example``, an ``(inputs, targets)`` batch (arrays or dicts of arrays, as
+    ``tictac bench --model PATH.py:FUNCTION`` takes them), replaces the random tensors:
+    a model with several inputs, ids or its own targets is traced on its own batch
+    (``batch_size`` is then the batch's first dimension, for the caller). The model
+    must be compiled for training.
 
     Works for tf_keras (``TF_USE_LEGACY_KERAS=1``) and Keras 3 with the TensorFlow
     backend.
@@ -41,21 +46,28 @@ def keras_step_function(model: Any, batch_size: int, training: bool = True,
     if training and getattr(model, "optimizer", None) is None:
         raise GraphError("the model is not compiled: call model.compile(optimizer=..., "
                          "loss=...) before extracting its training step")
-    shape = tuple(input_shape) if input_shape is not None else tuple(model.inputs[0].shape[1:])
-    if any(d is None for d in shape):
-        raise GraphError(f"model input shape {shape} has unknown dimensions: pass "
-                         "input_shape=(...) without the batch dimension")
     rng = np.random.default_rng(0)
-    x = tf.constant(rng.standard_normal((batch_size,) + shape).astype("float32"))
+    if example is not None:
+        x = tf.nest.map_structure(tf.constant, example[0])
+    else:
+        shape = (tuple(input_shape) if input_shape is not None
+                 else tuple(model.inputs[0].shape[1:]))
+        if any(d is None for d in shape):
+            raise GraphError(f"model input shape {shape} has unknown dimensions: pass "
+                             "input_shape=(...) without the batch dimension")
+        x = tf.constant(rng.standard_normal((batch_size,) + shape).astype("float32"))
     if not training:
         fn = tf.function(lambda x: model.predict_step(x))
         return fn.get_concrete_function(x), (x,)
-    out_shape = tuple(model.outputs[0].shape[1:])
-    classes = num_classes or (out_shape[-1] if out_shape else 1)
-    if _sparse_loss(model):
-        y = tf.constant(rng.integers(0, classes, size=(batch_size,)).astype("int64"))
+    if example is not None:
+        y = tf.nest.map_structure(tf.constant, example[1])
     else:
-        y = tf.constant(rng.random((batch_size,) + out_shape).astype("float32"))
+        out_shape = tuple(model.outputs[0].shape[1:])
+        classes = num_classes or (out_shape[-1] if out_shape else 1)
+        if _sparse_loss(model):
+            y = tf.constant(rng.integers(0, classes, size=(batch_size,)).astype("int64"))
+        else:
+            y = tf.constant(rng.random((batch_size,) + out_shape).astype("float32"))
     fn = tf.function(lambda x, y: model.train_step((x, y)))
     return fn.get_concrete_function(x, y), (x, y)
 
@@ -87,8 +99,10 @@ def graph_from_keras_model(model: Any, batch_size: int, training: bool = True,
 
 def extract_keras_model(model: Any, batch_size: int, training: bool = True,
                         input_shape: Sequence[int] | None = None,
-                        remote_variables: Any = None
+                        remote_variables: Any = None, example: Any = None
                         ) -> tuple[Extraction, Any, tuple[Any, ...]]:
-    """Like :func:`graph_from_keras_model`, with the full :class:`Extraction`."""
-    fn, args = keras_step_function(model, batch_size, training, input_shape)
+    """Like :func:`graph_from_keras_model`, with the full :class:`Extraction`
+    (``example``: see :func:`keras_step_function`)."""
+    fn, args = keras_step_function(model, batch_size, training, input_shape,
+                                   example=example)
     return extract_concrete_function(fn, remote_variables, declared=model), fn, args
