@@ -168,6 +168,34 @@ def test_the_check_runs_again_after_recheck_every_steps(gate):
     assert h.running() == h.runner.plan.block(0)
 
 
+def test_check_again_measures_the_kept_order_alone_in_fresh_blocks(gate):
+    h = Harness(gate)
+    h.switch()
+    h.pending = records((block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
+                         + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2)
+    for _ in range(h.runner.plan.total_steps + 1):
+        h.runner.step_dispatched()
+    assert h.runner.kept_order == "tac"
+    with pytest.raises(ValueError, match="the switch computed"):
+        h.runner.check_again(("no-such",), 1)
+    h.runner.check_again(("tac",), 3)
+    assert h.runner.running and h.runner.plan == CheckPlan(3, BLOCK, ("tac",))
+    with pytest.raises(RuntimeError, match="an order check is running"):
+        h.runner.check_again(("tac",), 1)
+    ran = []
+    for _ in range(h.runner.plan.total_steps):
+        h.runner.step_dispatched()
+        ran.append(h.running())
+    assert ran == (["tac"] * BLOCK + [None] * BLOCK) * 3  # TIC is not measured again
+    # only the records of the new blocks count: TAC now 2.2 s against 2.0 s
+    h.pending = records((block(SCHEDULED, "tac", 2.2) + block(CHECK, None, 2.0)) * 3)
+    h.runner.step_dispatched()
+    second = h.results[-1]
+    assert len(h.results) == 2 and set(second.candidates) == {"tac"}
+    assert second.candidates["tac"].pairs == 3
+    assert second.decision == order_check.DEFAULT and h.running() is None
+
+
 def test_suspended_the_gate_runs_tensorflow_order_and_resuming_reinstalls(gate):
     h = Harness(gate, plan=None)  # no check: the switch's order stays
     h.switch()

@@ -300,6 +300,43 @@ def test_order_results_per_worker():
     assert "tic        worker:0     1000.0  1.150 (1.100..1.200, 2)" in table
 
 
+def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
+    """with_check: the held-out check of the kept order (the second CheckResult), or
+    TensorFlow's order by construction where the check kept it."""
+    from tictac_hooks.callbacks import order_check
+    from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+
+    def result(pattern, candidates):
+        records, clock = [], 0.0
+        for phase, order, t in pattern:
+            for x in [9.0] + [t] * 3:
+                records.append(WorkerStep(w0, len(records), clock, x, 0.0, phase,
+                                          order=order))
+                clock += x
+        return order_check.decide(records, order_check.CheckPlan(2, 4, candidates),
+                                  candidates[0])
+    first = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.2)] * 2, ("tic",))
+    held_out = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.1),
+                       (SCHEDULED, "tic", 1.0), (CHECK, None, 1.3)], ("tic",))
+    w = fit_mode.with_check(first, held_out, 2)
+    assert (w["decision"], w["kept"], w["kept_after"], w["pairs"]) == ("tictac", "tic",
+                                                                         "tic", 2)
+    assert w["ratio_median"] == pytest.approx(1.2)
+    assert (w["ratio_min"], w["ratio_max"]) == (pytest.approx(1.1), pytest.approx(1.3))
+    assert w["workers"]["worker:0"]["pairs"] == 2
+    line = fit_mode.with_check_line(w)
+    assert line == ("with the order check: TIC kept; held out, 2 fresh block pairs: "
+                    "ratio 1.200 (1.100..1.300) vs TensorFlow's order; TIC kept")
+    slower = result([(SCHEDULED, "tic", 1.3), (CHECK, None, 1.0)] * 2, ("tic",))
+    w = fit_mode.with_check(first, slower, 2)
+    assert w["kept_after"] is None and w["ratio_median"] == pytest.approx(1 / 1.3)
+    assert fit_mode.with_check_line(w).endswith("TensorFlow's order kept after it")
+    w = fit_mode.with_check(slower, None, 2)  # the check kept TensorFlow's order
+    assert w["kept"] is None and "ratio 1 by construction" in w["note"]
+    assert fit_mode.with_check(first, None, 0)["note"].startswith("not measured")
+
+
 # --- a short run on a loopback cluster ---------------------------------------------------------
 
 @pytest.mark.slow
@@ -336,6 +373,14 @@ def test_fit_bench_on_loopback(tmp_path):
     assert not result["off"], result["off"]
     for label in ("default", *expected):
         assert f"\n  {label:<10} worker:0" in proc.stdout, proc.stdout
+    # with the check: the kept order measured again in fresh blocks, or TF's order
+    w = result["with_check"]
+    assert w["decision"] in ("tictac", "default", None) and w["verify_rounds"] == 3
+    if w["kept"] is not None:
+        assert w["pairs"] >= 1 and 0 < w["ratio_min"] <= w["ratio_median"] <= w["ratio_max"]
+        assert "held out" in proc.stdout
+    else:
+        assert "ratio 1 by construction" in w["note"]
 
 
 # --- the order check with the baselines as candidates (in-process gate, no cluster) ---------

@@ -35,6 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "callback, comparing TensorFlow's order, declared, first-use, "
                         "paced random, TIC and TAC in the order check's interleaved "
                         "blocks (--check-rounds, --check-block-steps; bench/fit_mode.py)")
+    p.add_argument("--verify-rounds", type=int, default=None, metavar="R",
+                   help="--frontend fit: after the check's decision, where it kept TIC or "
+                        "TAC, R rounds of (kept order, TensorFlow's order) block pairs in "
+                        "fresh blocks: what TicTac with its check gives, on steps the "
+                        "decision did not see (default 3; 0: off)")
     p.add_argument("--min-shard-bytes", type=int, default=None, metavar="N",
                    help="--frontend fit: shard variables with MinSizePartitioner(N, "
                         "max_shards=#PS) (default 262144, the PS tutorial's; 0: none)")
@@ -107,6 +112,9 @@ def _bench(args: argparse.Namespace) -> int:
     from tictac_hooks.bench.user_model import refuse_in_graph_mode
     args.model = args.model or "resnet50"
     refuse_in_graph_mode(args.model, args.min_shard_bytes)
+    if args.verify_rounds is not None:
+        raise ValueError("--verify-rounds applies to --frontend fit; the compat.v1 bench "
+                         "measures what TicTac's check kept with schedule 'checked'")
     from tictac_hooks.bench.runner import BenchConfig, run
     settings = dict(model=args.model, mode=args.mode, workers=args.workers, ps=args.ps,
                     bandwidth=[b for b in args.bandwidth.split(",") if b.strip()],

@@ -43,7 +43,8 @@ from tictac_hooks.bench import user_model
 # transfer times exist), TensorFlow's order too (the check's D blocks); ``orders``
 # (--schedules) picks the baselines.
 BASELINES = ("declared", "first-use", "random")
-ORDERS = BASELINES + ("tic", "tac")
+TICTAC_ORDERS = ("tic", "tac")
+ORDERS = BASELINES + TICTAC_ORDERS
 DEFAULT = "default"
 STRAGGLERS = ("do not apply: fit under ParameterServerStrategy trains asynchronously, "
               "each worker runs its own steps and none waits for another")
@@ -74,6 +75,9 @@ class FitConfig:
     loopback: bool = False
     orders: Sequence[str] = ORDERS
     rounds: int = 3                 # block pairs per order
+    # after the decision, rounds of (kept order, TensorFlow's) block pairs in fresh
+    # blocks, where the check kept TIC or TAC: what TicTac with its check gives (0: off)
+    verify_rounds: int = 3
     block_steps: int = 20           # training steps per block
     profile_steps: int = 20
     min_shard_bytes: int = 256 << 10  # 0: no partitioner
@@ -83,6 +87,7 @@ class FitConfig:
     def validate(self) -> None:
         from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
         for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("rounds", 1, 20),
+                             ("verify_rounds", 0, 20),
                              ("block_steps", MIN_CHECK_BLOCK_STEPS, 1000),
                              ("profile_steps", 1, 1000), ("min_shard_bytes", 0, 1 << 40)):
             value = getattr(self, name)
@@ -134,6 +139,7 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
         cfg = {"model": config.model, "batch": config.batch_size(),
                "orders": {o: o for o in config.orders if o in BASELINES},
                "rounds": config.rounds, "block_steps": config.block_steps,
+               "verify_rounds": config.verify_rounds,
                "profile_steps": config.profile_steps, "ps": config.ps,
                "min_shard_bytes": config.min_shard_bytes, "max_steps": config.max_steps,
                "link_bytes_per_s": netns.rate_bits(config.rate) // 8 if shaped else None,
@@ -195,12 +201,18 @@ def _tictac_class() -> type:
     from tictac_hooks.callbacks.keras_callback import TicTac
 
     class BenchTicTac(TicTac):
-        """TicTac with the baselines as more order-check candidates; stops fit once the
-        check decided (or the switch failed)."""
+        """TicTac with the baselines as more order-check candidates. Once the check
+        decided, where it kept one of TicTac's orders (TIC or TAC) and ``verify_rounds``
+        > 0, the kept order is checked alone against TensorFlow's in fresh blocks (what
+        TicTac with its check gives, measured on steps the decision did not see); fit
+        stops after that (or at the decision, or when the switch failed)."""
 
-        def __init__(self, extra: Mapping[str, str], **kwargs: Any) -> None:
+        def __init__(self, extra: Mapping[str, str], verify_rounds: int = 0,
+                     **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.extra = dict(extra)
+            self.verify_rounds = verify_rounds
+            self.verifying = False
 
         def _begin(self, mode: str) -> None:
             super()._begin(mode)
@@ -209,7 +221,18 @@ def _tictac_class() -> type:
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             super().on_train_batch_end(batch, logs)
             c = self.controller
-            if c is not None and (c.check_results or c.not_ordered_reason):
+            if c is None:
+                return
+            if c.not_ordered_reason:
+                self.model.stop_training = True
+            elif len(c.check_results) == 1 and not self.verifying:
+                kept = c.kept_order
+                if self.verify_rounds and kept in TICTAC_ORDERS:
+                    c.runner.check_again((kept,), self.verify_rounds)
+                    self.verifying = True
+                else:
+                    self.model.stop_training = True
+            elif len(c.check_results) >= 2:
                 self.model.stop_training = True
     return BenchTicTac
 
@@ -241,7 +264,8 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
           f"{sum(v['shards'] > 1 for v in variables)} sharded over {cfg['ps']} PS; "
           f"compiled with {loaded.compiled_by}", flush=True)
     tictac = _tictac_class()(
-        cfg["orders"], algorithm="tic", profile_steps=cfg["profile_steps"],
+        cfg["orders"], verify_rounds=cfg.get("verify_rounds", 0), algorithm="tic",
+        profile_steps=cfg["profile_steps"],
         check_rounds=cfg["rounds"], check_block_steps=cfg["block_steps"], recheck_every=0,
         bandwidth=cfg["link_bytes_per_s"], measure_compute=True)
     epochs = max(1, -(-cfg["max_steps"] // STEPS_PER_EPOCH))
@@ -251,7 +275,9 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     summary = tictac.summary or {}
     if not c.check_results:
         raise RuntimeError(c.not_ordered_reason or "the order check did not finish")
-    check = c.check_results[-1].to_json()
+    first = c.check_results[0]
+    verify = c.check_results[1] if len(c.check_results) > 1 else None
+    check = first.to_json()
     off = dict(c.check_off)
     if c.tac_off:
         off.setdefault("tac", c.tac_off)
@@ -262,9 +288,37 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "orders": order_results(check, off),
         "off": off,
         "check": check,
+        "with_check": with_check(first, verify, cfg.get("verify_rounds", 0)),
         "tictac": {k: summary[k] for k in ("coverage", "order", "records", "hook", "tac_off")
                    if k in summary},
     }
+
+
+def with_check(check: Any, verify: Any, verify_rounds: int) -> dict[str, Any]:
+    """What TicTac with its order check gives, against TensorFlow's order: the check's
+    decision (``check``, a CheckResult); where it kept TicTac's order, that order's
+    ratio to TensorFlow's in the held-out blocks (``verify``: the second check, the kept
+    order alone; None where it did not run) per worker and over the workers (median,
+    range, pairs), and whether that check kept it; where it kept TensorFlow's order,
+    TicTac runs TensorFlow's order from then on (ratio 1 by construction)."""
+    kept = check.chosen if check.decision == "tictac" else None
+    out: dict[str, Any] = {"decision": check.decision, "kept": kept,
+                           "verify_rounds": verify_rounds}
+    if kept is None:
+        out["note"] = ("the check kept TensorFlow's order: TicTac runs it from then on, "
+                       "ratio 1 by construction")
+        return out
+    if verify is None:
+        out["note"] = "not measured (no held-out check ran)"
+        return out
+    spread = verify.candidates.get(kept)
+    out.update(ratio_median=spread.median if spread else None,
+               ratio_min=spread.low if spread else None,
+               ratio_max=spread.high if spread else None,
+               pairs=spread.pairs if spread else 0,
+               kept_after=verify.chosen if verify.decision == "tictac" else None,
+               workers=order_results(verify.to_json(), {}).get(kept, {}).get("workers", {}))
+    return out
 
 
 def parameters(variables: Sequence[Any]) -> list[dict[str, Any]]:
@@ -342,7 +396,22 @@ def text_table(result: Mapping[str, Any]) -> str:
                 line += (f"  {s['ratio_median']:.3f} ({s['ratio_min']:.3f}.."
                          f"{s['ratio_max']:.3f}, {s['pairs']})")
             lines.append(line)
+    lines.append("  " + with_check_line(result.get("with_check")))
     return "\n".join(lines)
+
+
+def with_check_line(w: Mapping[str, Any] | None) -> str:
+    """One line: what TicTac with its order check gave (:func:`with_check`)."""
+    if not w:
+        return "with the order check: not recorded"
+    if w.get("kept") is None or w.get("ratio_median") is None:
+        return (f"with the order check: decision {w.get('decision')}; "
+                f"{w.get('note', '')}")
+    after = (f"{w['kept_after'].upper()} kept" if w.get("kept_after")
+             else "TensorFlow's order kept after it")
+    return (f"with the order check: {w['kept'].upper()} kept; held out, "
+            f"{w['pairs']} fresh block pairs: ratio {w['ratio_median']:.3f} "
+            f"({w['ratio_min']:.3f}..{w['ratio_max']:.3f}) vs TensorFlow's order; {after}")
 
 
 def config_from_args(args: Any) -> FitConfig:
@@ -372,6 +441,8 @@ def config_from_args(args: Any) -> FitConfig:
         settings["block_steps"] = args.check_block_steps
     if args.min_shard_bytes is not None:
         settings["min_shard_bytes"] = args.min_shard_bytes
+    if getattr(args, "verify_rounds", None) is not None:
+        settings["verify_rounds"] = args.verify_rounds
     if args.quick:  # a smoke run: two rounds, short blocks, short profile
         settings.setdefault("rounds", 2)
         settings.setdefault("block_steps", max(12, 6 * args.workers))

@@ -143,9 +143,26 @@ class CheckRunner:
             self._since_decision += 1
             if self._since_decision >= self.recheck_every:
                 self._say(f"re-checking after {self._since_decision} steps")
-                self._after_switch = []
-                self.n = 0
-                self._to_block(self.plan.block(0))
+                self._begin_check()
+
+    def check_again(self, candidates: Sequence[str], rounds: int) -> None:
+        """Runs the check once more from the next dispatched step, in fresh blocks, with
+        ``candidates`` (computed at the switch) against TensorFlow's order for
+        ``rounds`` rounds: e.g. the kept order alone, so that what the decision gave is
+        measured on steps it was not decided on. Its decision applies as any check's."""
+        if self.running:
+            raise RuntimeError("an order check is running: check again after its decision")
+        unknown = [c for c in candidates if c not in self.candidates]
+        if unknown or not candidates:
+            raise ValueError(f"check again with {list(candidates)}: the switch computed "
+                             f"{sorted(self.candidates)}")
+        self.plan = order_check.CheckPlan(rounds, self.plan.block_steps, tuple(candidates))
+        self._begin_check()
+
+    def _begin_check(self) -> None:
+        self._after_switch = []
+        self.n = 0
+        self._to_block(self.plan.block(0))
 
     def _to_block(self, want: str | None) -> None:
         """Starts a check block running ``want`` (None: TensorFlow's order). Under PSS the
