@@ -335,6 +335,20 @@ def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     w = fit_mode.with_check(slower, None, 2)  # the check kept TensorFlow's order
     assert w["kept"] is None and "ratio 1 by construction" in w["note"]
     assert fit_mode.with_check(first, None, 0)["note"].startswith("not measured")
+    # the bench's check keeps a baseline (declared); TicTac's own check, TIC and TAC
+    # alone, would have kept TIC (ratio 1.1) ...
+    both = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.1),
+                   (SCHEDULED, "declared", 1.0), (CHECK, None, 1.3)] * 2,
+                  ("tic", "declared"))
+    assert both.chosen == "declared" and fit_mode.product_choice(both) == "tic"
+    w = fit_mode.with_check(both, held_out, 2)
+    assert (w["kept"], w["bench_check_kept"]) == ("tic", "declared")
+    # ... or TensorFlow's order, where TIC was slower than it
+    slow_tic = result([(SCHEDULED, "tic", 1.2), (CHECK, None, 1.0),
+                       (SCHEDULED, "declared", 1.0), (CHECK, None, 1.3)] * 2,
+                      ("tic", "declared"))
+    assert slow_tic.chosen == "declared" and fit_mode.product_choice(slow_tic) is None
+    assert fit_mode.with_check(slow_tic, None, 2)["decision"] == "default"
 
 
 # --- a short run on a loopback cluster ---------------------------------------------------------

@@ -202,10 +202,11 @@ def _tictac_class() -> type:
 
     class BenchTicTac(TicTac):
         """TicTac with the baselines as more order-check candidates. Once the check
-        decided, where it kept one of TicTac's orders (TIC or TAC) and ``verify_rounds``
-        > 0, the kept order is checked alone against TensorFlow's in fresh blocks (what
-        TicTac with its check gives, measured on steps the decision did not see); fit
-        stops after that (or at the decision, or when the switch failed)."""
+        decided, where TicTac's own check (TIC and TAC alone: :func:`product_choice`)
+        would have kept one of its orders and ``verify_rounds`` > 0, that order is
+        checked alone against TensorFlow's in fresh blocks (what TicTac with its check
+        gives, measured on steps the decision did not see); fit stops after that (or at
+        the decision, or when the switch failed)."""
 
         def __init__(self, extra: Mapping[str, str], verify_rounds: int = 0,
                      **kwargs: Any) -> None:
@@ -226,8 +227,8 @@ def _tictac_class() -> type:
             if c.not_ordered_reason:
                 self.model.stop_training = True
             elif len(c.check_results) == 1 and not self.verifying:
-                kept = c.kept_order
-                if self.verify_rounds and kept in TICTAC_ORDERS:
+                kept = product_choice(c.check_results[0])
+                if self.verify_rounds and kept is not None:
                     c.runner.check_again((kept,), self.verify_rounds)
                     self.verifying = True
                 else:
@@ -294,16 +295,27 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def product_choice(check: Any) -> str | None:
+    """What TicTac's own check would have kept from ``check`` (a CheckResult whose
+    candidates include the bench's baselines): its rule applied to TIC and TAC alone,
+    the orders TicTac installs; None: TensorFlow's order."""
+    from tictac_hooks.callbacks.order_check import kept_by_rule
+    return kept_by_rule({c: s.median for c, s in check.candidates.items()
+                         if c in TICTAC_ORDERS and s.pairs and s.median is not None})
+
+
 def with_check(check: Any, verify: Any, verify_rounds: int) -> dict[str, Any]:
-    """What TicTac with its order check gives, against TensorFlow's order: the check's
-    decision (``check``, a CheckResult); where it kept TicTac's order, that order's
-    ratio to TensorFlow's in the held-out blocks (``verify``: the second check, the kept
-    order alone; None where it did not run) per worker and over the workers (median,
-    range, pairs), and whether that check kept it; where it kept TensorFlow's order,
-    TicTac runs TensorFlow's order from then on (ratio 1 by construction)."""
-    kept = check.chosen if check.decision == "tictac" else None
-    out: dict[str, Any] = {"decision": check.decision, "kept": kept,
-                           "verify_rounds": verify_rounds}
+    """What TicTac with its order check gives, against TensorFlow's order: the decision
+    TicTac's check would take on ``check`` (a CheckResult; :func:`product_choice`);
+    where it keeps TIC or TAC, that order's ratio to TensorFlow's in the held-out
+    blocks (``verify``: the second check, that order alone; None where it did not run)
+    per worker and over the workers (median, range, pairs), and whether that check kept
+    it; where it keeps TensorFlow's order, TicTac runs TensorFlow's order from then on
+    (ratio 1 by construction)."""
+    kept = product_choice(check)
+    out: dict[str, Any] = {"decision": "tictac" if kept else "default", "kept": kept,
+                           "bench_check_kept": check.chosen if check.decision == "tictac"
+                           else None, "verify_rounds": verify_rounds}
     if kept is None:
         out["note"] = ("the check kept TensorFlow's order: TicTac runs it from then on, "
                        "ratio 1 by construction")

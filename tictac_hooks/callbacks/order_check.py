@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
 from tictac_hooks.records import (CHECK, SCHEDULED, CheckBlock, CheckResult, RatioSpread,
@@ -138,6 +138,14 @@ def _candidate_pairs(runs: dict[str, list[tuple[int, float, int, list[int], str 
     return out
 
 
+def kept_by_rule(medians: Mapping[str, float]) -> str | None:
+    """The rule: of the candidates' median paired ratios (median(TensorFlow order) /
+    median(candidate order)), the candidate with the largest when it is >= 1; None
+    (TensorFlow's order) otherwise or without candidates."""
+    best = max(medians, key=medians.get, default=None)
+    return best if best is not None and medians[best] >= 1.0 else None
+
+
 def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> CheckResult:
     """The check's result: per candidate, per worker and overall, the paired ratios'
     median and range, and the decision by the module's rule (``decision`` TICTAC or
@@ -148,15 +156,12 @@ def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> Ch
     pairs = _candidate_pairs(runs, algorithm)
     ratios = {c: [d / t for ws in by_worker.values() for t, d in ws]
               for c, by_worker in pairs.items()}
-    best = max(ratios, key=lambda c: statistics.median(ratios[c]), default=None)
+    medians = {c: statistics.median(rs) for c, rs in ratios.items()}
+    best = max(medians, key=medians.get, default=None)
     focus = best or algorithm
     mine = pairs.get(focus, {})
-    if best is None:
-        decision, chosen = None, None
-    elif statistics.median(ratios[best]) >= 1.0:
-        decision, chosen = TICTAC, best
-    else:
-        decision, chosen = DEFAULT, None
+    chosen = kept_by_rule(medians)
+    decision = None if best is None else (TICTAC if chosen else DEFAULT)
     return CheckResult(
         algorithm=focus, rounds=plan.rounds, block_steps=plan.block_steps,
         candidates={c: RatioSpread.of(rs) for c, rs in sorted(ratios.items())},
