@@ -45,6 +45,14 @@ def block(phase, order, x):
     return [(phase, order, x)] * 4
 
 
+def decided(h: "Harness", pending: list) -> None:
+    """Hands ``pending`` to the next poll and dispatches the check's steps, and the one
+    after the last, which decides."""
+    h.pending = pending
+    for _ in range(h.runner.plan.total_steps + 1):
+        h.runner.step_dispatched()
+
+
 class Harness:
     """A CheckRunner wired to an in-process gate as the controller wires it, with
     records that the next poll hands it."""
@@ -112,11 +120,9 @@ def test_the_decision_keeps_the_faster_candidate_and_the_gate_runs_it(gate):
     h = Harness(gate)
     h.switch()
     # TIC 1.5 s, TAC 1.0 s, TensorFlow's 2.0 s per step; the profiled steps are ignored.
-    h.pending = records(block(PROFILING, None, 9.0)
-                        + (block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
-                           + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2)
-    for _ in range(h.runner.plan.total_steps + 1):  # the step after the last decides
-        h.runner.step_dispatched()
+    decided(h, records(block(PROFILING, None, 9.0)
+                       + (block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
+                          + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2))
     assert len(h.results) == 1 and h.runner.check_result is h.results[0]
     result = h.results[0]
     assert result.decision == order_check.TICTAC and result.chosen == "tac"
@@ -136,10 +142,8 @@ def test_the_decision_keeps_the_faster_candidate_and_the_gate_runs_it(gate):
 def test_slower_orders_are_cleared_and_no_pair_keeps_the_order_before(gate):
     h = Harness(gate)
     h.switch()
-    h.pending = records((block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
-                         + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2)
-    for _ in range(h.runner.plan.total_steps + 1):
-        h.runner.step_dispatched()
+    decided(h, records((block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
+                        + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2))
     assert h.results[-1].decision == order_check.DEFAULT
     assert h.runner.kept_order is None and h.running() is None
     assert h.lines[-1].endswith("cleared, TensorFlow's order kept")
@@ -171,10 +175,8 @@ def test_the_check_runs_again_after_recheck_every_steps(gate):
 def test_check_again_measures_the_kept_order_alone_in_fresh_blocks(gate):
     h = Harness(gate)
     h.switch()
-    h.pending = records((block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
-                         + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2)
-    for _ in range(h.runner.plan.total_steps + 1):
-        h.runner.step_dispatched()
+    decided(h, records((block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
+                        + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2))
     assert h.runner.kept_order == "tac"
     with pytest.raises(ValueError, match="the switch computed"):
         h.runner.check_again(("no-such",), 1)

@@ -162,24 +162,9 @@ def test_analyzed_graph_resnet50_training():
 
 
 def _ids_model(keras, unique: bool):
-    """ids (batch,) -> Embedding(40, 8) -> Dense(3); ``unique``: the lookup takes the
-    distinct ids only (their count is known only when the step runs)."""
-    class IdsModel(keras.Model):
-        def __init__(self):
-            super().__init__()
-            self.table = keras.layers.Embedding(40, 8, name="table")
-            self.head = keras.layers.Dense(3, name="head")
-
-        def call(self, ids):
-            if unique:
-                import tensorflow as tf
-                rows, index = tf.unique(ids)
-                return self.head(tf.gather(self.table(rows), index))
-            return self.head(self.table(ids))
-    model = IdsModel()
-    model.compile(optimizer=keras.optimizers.SGD(0.1),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+    """ids (batch,) -> Embedding(40, 8) -> Dense(3) (test_tf_extract's model)."""
+    from test_tf_extract import embedding_model
+    return embedding_model(keras, rows=40, dim=8, unique=unique)
 
 
 @pytest.mark.parametrize("training", [False, True])

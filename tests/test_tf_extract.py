@@ -702,9 +702,10 @@ def test_declared_positions_under_parameter_server_strategy_with_sharded_kernels
         [f"{layer}/{w}" for layer in ("head", "fc3", "fc2", "fc1") for w in ("kernel", "bias")]
 
 
-def _embedding_model(keras, rows=50, dim=6, dense=3):
+def embedding_model(keras, rows=50, dim=6, dense=3, unique=False):
     """A tf_keras model whose ids (one per example, shape (batch,)) go through an
-    Embedding: the lookup is a ResourceGather of [batch, dim] rows."""
+    Embedding: the lookup is a ResourceGather of [batch, dim] rows; ``unique``: it
+    looks up the distinct ids only (their count is known only when the step runs)."""
     class EmbeddingModel(keras.Model):
         def __init__(self):
             super().__init__()
@@ -712,6 +713,10 @@ def _embedding_model(keras, rows=50, dim=6, dense=3):
             self.head = keras.layers.Dense(dense, name="head")
 
         def call(self, ids):
+            if unique:
+                import tensorflow as tf
+                distinct, index = tf.unique(ids)
+                return self.head(tf.gather(self.table(distinct), index))
             return self.head(self.table(ids))
     model = EmbeddingModel()
     model.compile(optimizer=keras.optimizers.SGD(0.1),
@@ -725,7 +730,7 @@ def test_an_embedding_gathers_recv_is_sized_by_its_traced_rows(training):
     output in the step traced on the batch), not the table's size and not None; the
     plain reads keep their variable's size."""
     keras = pytest.importorskip("tf_keras")
-    model = _embedding_model(keras)
+    model = embedding_model(keras)
     ids = np.array([3, 1, 4, 1, 5], dtype="int64")
     targets = np.array([0, 1, 2, 0, 1], dtype="int64")
     model(ids)
