@@ -325,13 +325,16 @@ def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     assert w["ratio_median"] == pytest.approx(1.2)
     assert (w["ratio_min"], w["ratio_max"]) == (pytest.approx(1.1), pytest.approx(1.3))
     assert w["workers"]["worker:0"]["pairs"] == 2
+    # the check's TIC blocks: 2 rounds x 4 steps at 1 / 1.2 of a TensorFlow-order step
+    assert w["check_cost_steps"] == pytest.approx(8 * (1 / 1.2 - 1))
     line = fit_mode.with_check_line(w)
     assert line == ("with the order check: TIC kept; held out, 2 fresh block pairs: "
-                    "ratio 1.200 (1.100..1.300) vs TensorFlow's order; TIC kept")
+                    "ratio 1.200 (1.100..1.300) vs TensorFlow's order; TIC kept; the "
+                    "check's TIC/TAC blocks cost -1.3 TensorFlow-order steps")
     slower = result([(SCHEDULED, "tic", 1.3), (CHECK, None, 1.0)] * 2, ("tic",))
     w = fit_mode.with_check(first, slower, 2)
     assert w["kept_after"] is None and w["ratio_median"] == pytest.approx(1 / 1.3)
-    assert fit_mode.with_check_line(w).endswith("TensorFlow's order kept after it")
+    assert "; TensorFlow's order kept after it;" in fit_mode.with_check_line(w)
     w = fit_mode.with_check(slower, None, 2)  # the check kept TensorFlow's order
     assert w["kept"] is None and "ratio 1 by construction" in w["note"]
     assert fit_mode.with_check(first, None, 0)["note"].startswith("not measured")

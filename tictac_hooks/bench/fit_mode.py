@@ -304,6 +304,18 @@ def product_choice(check: Any) -> str | None:
                          if c in TICTAC_ORDERS and s.pairs and s.median is not None})
 
 
+def check_cost_steps(check: Any) -> float | None:
+    """What TicTac's own check costs, in steps of TensorFlow's order: each of TIC and
+    TAC runs ``rounds`` blocks of ``block_steps`` steps, each step 1 / ratio of a
+    TensorFlow-order step (negative: the check's blocks gained); None where neither
+    was measured."""
+    spreads = [s for c, s in check.candidates.items()
+               if c in TICTAC_ORDERS and s.pairs and s.median]
+    if not spreads:
+        return None
+    return sum(check.rounds * check.block_steps * (1.0 / s.median - 1.0) for s in spreads)
+
+
 def with_check(check: Any, verify: Any, verify_rounds: int) -> dict[str, Any]:
     """What TicTac with its order check gives, against TensorFlow's order: the decision
     TicTac's check would take on ``check`` (a CheckResult; :func:`product_choice`);
@@ -315,7 +327,8 @@ def with_check(check: Any, verify: Any, verify_rounds: int) -> dict[str, Any]:
     kept = product_choice(check)
     out: dict[str, Any] = {"decision": "tictac" if kept else "default", "kept": kept,
                            "bench_check_kept": check.chosen if check.decision == "tictac"
-                           else None, "verify_rounds": verify_rounds}
+                           else None, "verify_rounds": verify_rounds,
+                           "check_cost_steps": check_cost_steps(check)}
     if kept is None:
         out["note"] = ("the check kept TensorFlow's order: TicTac runs it from then on, "
                        "ratio 1 by construction")
@@ -416,14 +429,18 @@ def with_check_line(w: Mapping[str, Any] | None) -> str:
     """One line: what TicTac with its order check gave (:func:`with_check`)."""
     if not w:
         return "with the order check: not recorded"
+    cost = w.get("check_cost_steps")
+    cost_text = ("" if cost is None else
+                 f"; the check's TIC/TAC blocks cost {cost:+.1f} TensorFlow-order steps")
     if w.get("kept") is None or w.get("ratio_median") is None:
         return (f"with the order check: decision {w.get('decision')}; "
-                f"{w.get('note', '')}")
+                f"{w.get('note', '')}{cost_text}")
     after = (f"{w['kept_after'].upper()} kept" if w.get("kept_after")
              else "TensorFlow's order kept after it")
     return (f"with the order check: {w['kept'].upper()} kept; held out, "
             f"{w['pairs']} fresh block pairs: ratio {w['ratio_median']:.3f} "
-            f"({w['ratio_min']:.3f}..{w['ratio_max']:.3f}) vs TensorFlow's order; {after}")
+            f"({w['ratio_min']:.3f}..{w['ratio_max']:.3f}) vs TensorFlow's order; {after}"
+            f"{cost_text}")
 
 
 def config_from_args(args: Any) -> FitConfig:
