@@ -19,7 +19,7 @@ import textwrap
 import pytest
 
 from tictac_hooks import cli
-from tictac_hooks.bench import fit_mode, user_model
+from tictac_hooks.bench import fit_mode, fit_report, user_model
 from tictac_hooks.bench.user_model import UserModelError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,11 +111,11 @@ def test_fit_frontend_names_a_bad_model_before_starting_a_cluster(tmp_path, caps
 
 
 def test_orders_are_labelled_with_the_peer_they_stand_for():
-    assert "BytePS" in fit_mode.label_of("declared")
-    assert "ByteScheduler TF" in fit_mode.label_of("first-use")
-    assert fit_mode.label_of("random").endswith("paced as TicTac's")
-    assert fit_mode.label_of("default") == "TensorFlow's order (no schedule)"
-    assert fit_mode.label_of("tic") == "TIC"
+    assert "BytePS" in fit_report.label_of("declared")
+    assert "ByteScheduler TF" in fit_report.label_of("first-use")
+    assert fit_report.label_of("random").endswith("paced as TicTac's")
+    assert fit_report.label_of("default") == "TensorFlow's order (no schedule)"
+    assert fit_report.label_of("tic") == "TIC"
 
 
 # --- what the builder returns (TensorFlow) ------------------------------------------------
@@ -276,7 +276,7 @@ def test_order_results_per_worker():
     block(w1, CHECK, None, [2.0] * 3)
     check = order_check.decide(records, order_check.CheckPlan(2, 4, ("tic", "random")),
                                "tic").to_json()
-    out = fit_mode.order_results(check, {"declared": "a recv without its position"})
+    out = fit_report.order_results(check, {"declared": "a recv without its position"})
     tic = out["tic"]["workers"]["worker:0"]
     assert tic["median_step_time_s"] == 1.0 and tic["pairs"] == 2
     assert tic["default_median_step_time_s"] == pytest.approx(1.15)
@@ -288,13 +288,13 @@ def test_order_results_per_worker():
     # TensorFlow's order: the median of every TensorFlow block of the worker
     assert out["default"]["workers"]["worker:0"] == {"median_step_time_s": 1.2, "blocks": 4}
     assert out["default"]["workers"]["worker:1"]["median_step_time_s"] == 2.0
-    assert out["declared"] == {"label": fit_mode.label_of("declared"), "workers": {},
+    assert out["declared"] == {"label": fit_report.label_of("declared"), "workers": {},
                                "off": "a recv without its position"}
     result = {"config": {"model": "m", "workers": 2, "ps": 2, "batch": 4, "rounds": 2,
                          "block_steps": 4},
               "network": {"shaped": False, "reason": "--loopback given"},
-              "stragglers": fit_mode.STRAGGLERS, "orders": out, "model": {}}
-    table = fit_mode.text_table(result)
+              "stragglers": fit_report.STRAGGLERS, "orders": out, "model": {}}
+    table = fit_report.text_table(result)
     assert "LOOPBACK" in table and "stragglers do not apply" in table
     assert "declared   off: a recv without its position" in table
     assert "tic        worker:0     1000.0  1.150 (1.100..1.200, 2)" in table
@@ -319,7 +319,7 @@ def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     first = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.2)] * 2, ("tic",))
     held_out = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.1),
                        (SCHEDULED, "tic", 1.0), (CHECK, None, 1.3)], ("tic",))
-    w = fit_mode.with_check(first, held_out, 2)
+    w = fit_report.with_check(first, held_out, 2)
     assert (w["decision"], w["kept"], w["kept_after"], w["pairs"]) == ("tictac", "tic",
                                                                          "tic", 2)
     assert w["ratio_median"] == pytest.approx(1.2)
@@ -327,31 +327,31 @@ def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     assert w["workers"]["worker:0"]["pairs"] == 2
     # the check's TIC blocks: 2 rounds x 4 steps at 1 / 1.2 of a TensorFlow-order step
     assert w["check_cost_steps"] == pytest.approx(8 * (1 / 1.2 - 1))
-    line = fit_mode.with_check_line(w)
+    line = fit_report.with_check_line(w)
     assert line == ("with the order check: TIC kept; held out, 2 fresh block pairs: "
                     "ratio 1.200 (1.100..1.300) vs TensorFlow's order; TIC kept; the "
                     "check's TIC/TAC blocks cost -1.3 TensorFlow-order steps")
     slower = result([(SCHEDULED, "tic", 1.3), (CHECK, None, 1.0)] * 2, ("tic",))
-    w = fit_mode.with_check(first, slower, 2)
+    w = fit_report.with_check(first, slower, 2)
     assert w["kept_after"] is None and w["ratio_median"] == pytest.approx(1 / 1.3)
-    assert "; TensorFlow's order kept after it;" in fit_mode.with_check_line(w)
-    w = fit_mode.with_check(slower, None, 2)  # the check kept TensorFlow's order
+    assert "; TensorFlow's order kept after it;" in fit_report.with_check_line(w)
+    w = fit_report.with_check(slower, None, 2)  # the check kept TensorFlow's order
     assert w["kept"] is None and "ratio 1 by construction" in w["note"]
-    assert fit_mode.with_check(first, None, 0)["note"].startswith("not measured")
+    assert fit_report.with_check(first, None, 0)["note"].startswith("not measured")
     # the bench's check keeps a baseline (declared); TicTac's own check, TIC and TAC
     # alone, would have kept TIC (ratio 1.1) ...
     both = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.1),
                    (SCHEDULED, "declared", 1.0), (CHECK, None, 1.3)] * 2,
                   ("tic", "declared"))
-    assert both.chosen == "declared" and fit_mode.product_choice(both) == "tic"
-    w = fit_mode.with_check(both, held_out, 2)
+    assert both.chosen == "declared" and fit_report.product_choice(both) == "tic"
+    w = fit_report.with_check(both, held_out, 2)
     assert (w["kept"], w["bench_check_kept"]) == ("tic", "declared")
     # ... or TensorFlow's order, where TIC was slower than it
     slow_tic = result([(SCHEDULED, "tic", 1.2), (CHECK, None, 1.0),
                        (SCHEDULED, "declared", 1.0), (CHECK, None, 1.3)] * 2,
                       ("tic", "declared"))
-    assert slow_tic.chosen == "declared" and fit_mode.product_choice(slow_tic) is None
-    assert fit_mode.with_check(slow_tic, None, 2)["decision"] == "default"
+    assert slow_tic.chosen == "declared" and fit_report.product_choice(slow_tic) is None
+    assert fit_report.with_check(slow_tic, None, 2)["decision"] == "default"
 
 
 # --- a short run on a loopback cluster ---------------------------------------------------------
@@ -413,7 +413,7 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     from tictac_hooks.enforce import inprocess
     from tictac_hooks.enforce.gate import Gate
     rounds, block = 2, 3
-    extra = {label: label for label in fit_mode.BASELINES}
+    extra = {label: label for label in fit_report.BASELINES}
     extra["nonsense"] = "no-such-order"
     graph = _dag()
     settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
@@ -445,7 +445,7 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     assert all(c["pairs"] == rounds for c in check["candidates"].values())
     per_worker = cb.controller.check_results[-1].candidate_workers
     assert set(per_worker) == set(measured)
-    results = fit_mode.order_results(cb.controller.check_results[-1].to_json(), off)
+    results = fit_report.order_results(cb.controller.check_results[-1].to_json(), off)
     assert set(results) == set(measured) | set(off) | {"default"}
     assert results["first-use"]["workers"]["worker:0"]["pairs"] == rounds
 

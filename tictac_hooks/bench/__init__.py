@@ -21,7 +21,8 @@
 - :mod:`~tictac_hooks.bench.fit_mode` ``--frontend fit``: tf_keras fit under
   ParameterServerStrategy, the orders in the order check's blocks, on the user's model
   (:mod:`~tictac_hooks.bench.user_model`) or a built-in
-  (:mod:`~tictac_hooks.bench.models`: dlrm, transformer).
+  (:mod:`~tictac_hooks.bench.models`: dlrm, transformer); its results
+  (:mod:`~tictac_hooks.bench.fit_report`: per order, and TicTac with its own check).
 
 A run's result is a :class:`~tictac_hooks.records.BenchRun`.
 """

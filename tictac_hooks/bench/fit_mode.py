@@ -30,37 +30,18 @@ import dataclasses
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
 from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks.bench import user_model
+from tictac_hooks.bench.fit_report import (BASELINES, ORDERS, STRAGGLERS, order_results,
+                                           product_choice, text_table, with_check)
 
-# The baselines the check measures beside TicTac's own TIC and TAC. TIC and TAC are
-# always measured (the callback's own candidates; TAC where its compute profile and
-# transfer times exist), TensorFlow's order too (the check's D blocks); ``orders``
-# (--schedules) picks the baselines.
-BASELINES = ("declared", "first-use", "random")
-TICTAC_ORDERS = ("tic", "tac")
-ORDERS = BASELINES + TICTAC_ORDERS
-DEFAULT = "default"
-STRAGGLERS = ("do not apply: fit under ParameterServerStrategy trains asynchronously, "
-              "each worker runs its own steps and none waits for another")
 DEFAULT_RATE = "1gbit"
 DEFAULT_BATCH = 64
 STEPS_PER_EPOCH = 500
-
-
-def label_of(order: str) -> str:
-    """What an order stands for (graph/algorithms.py PEER_LABELS; "random" paced as
-    TicTac's orders are, "default" TensorFlow's order)."""
-    from tictac_hooks.graph.algorithms import PEER_LABELS, canonical_algorithm
-    if order == DEFAULT:
-        return "TensorFlow's order (no schedule)"
-    label = PEER_LABELS.get(canonical_algorithm(order, quiet=True), order)
-    return label + (", paced as TicTac's" if order == "random" else "")
 
 
 @dataclasses.dataclass
@@ -295,57 +276,6 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def product_choice(check: Any) -> str | None:
-    """What TicTac's own check would have kept from ``check`` (a CheckResult whose
-    candidates include the bench's baselines): its rule applied to TIC and TAC alone,
-    the orders TicTac installs; None: TensorFlow's order."""
-    from tictac_hooks.callbacks.order_check import kept_by_rule
-    return kept_by_rule({c: s.median for c, s in check.candidates.items()
-                         if c in TICTAC_ORDERS and s.pairs and s.median is not None})
-
-
-def check_cost_steps(check: Any) -> float | None:
-    """What TicTac's own check costs, in steps of TensorFlow's order: each of TIC and
-    TAC runs ``rounds`` blocks of ``block_steps`` steps, each step 1 / ratio of a
-    TensorFlow-order step (negative: the check's blocks gained); None where neither
-    was measured."""
-    spreads = [s for c, s in check.candidates.items()
-               if c in TICTAC_ORDERS and s.pairs and s.median]
-    if not spreads:
-        return None
-    return sum(check.rounds * check.block_steps * (1.0 / s.median - 1.0) for s in spreads)
-
-
-def with_check(check: Any, verify: Any, verify_rounds: int) -> dict[str, Any]:
-    """What TicTac with its order check gives, against TensorFlow's order: the decision
-    TicTac's check would take on ``check`` (a CheckResult; :func:`product_choice`);
-    where it keeps TIC or TAC, that order's ratio to TensorFlow's in the held-out
-    blocks (``verify``: the second check, that order alone; None where it did not run)
-    per worker and over the workers (median, range, pairs), and whether that check kept
-    it; where it keeps TensorFlow's order, TicTac runs TensorFlow's order from then on
-    (ratio 1 by construction)."""
-    kept = product_choice(check)
-    out: dict[str, Any] = {"decision": "tictac" if kept else "default", "kept": kept,
-                           "bench_check_kept": check.chosen if check.decision == "tictac"
-                           else None, "verify_rounds": verify_rounds,
-                           "check_cost_steps": check_cost_steps(check)}
-    if kept is None:
-        out["note"] = ("the check kept TensorFlow's order: TicTac runs it from then on, "
-                       "ratio 1 by construction")
-        return out
-    if verify is None:
-        out["note"] = "not measured (no held-out check ran)"
-        return out
-    spread = verify.candidates.get(kept)
-    out.update(ratio_median=spread.median if spread else None,
-               ratio_min=spread.low if spread else None,
-               ratio_max=spread.high if spread else None,
-               pairs=spread.pairs if spread else 0,
-               kept_after=verify.chosen if verify.decision == "tictac" else None,
-               workers=order_results(verify.to_json(), {}).get(kept, {}).get("workers", {}))
-    return out
-
-
 def parameters(variables: Sequence[Any]) -> list[dict[str, Any]]:
     """The model's parameters in ``trainable_variables`` order, each with its bytes and
     the shards the partitioner cut it into (ParameterServerStrategy lists the shards
@@ -358,89 +288,6 @@ def parameters(variables: Sequence[Any]) -> list[dict[str, Any]]:
         entry["bytes"] += int(v.shape.num_elements() or 0) * v.dtype.size
         entry["shards"] += 1
     return list(out.values())
-
-
-def order_results(check: Mapping[str, Any], off: Mapping[str, str]) -> dict[str, Any]:
-    """Per order, per worker (``worker:0``, ...), from an order check's result
-    (``CheckResult.to_json()``): the median step time; for each order but TensorFlow's,
-    its ratio to TensorFlow's order in each of its block pairs (median, range, pairs) and
-    the median of the TensorFlow blocks it was paired with; for TensorFlow's order, the
-    median of all its blocks' medians. Orders in ``off`` (label -> why) are listed off."""
-    from tictac_hooks.graph.tf.naming import task_of
-    from tictac_hooks.records import CHECK
-    out: dict[str, Any] = {}
-    for label, by_worker in sorted(check.get("candidate_workers", {}).items()):
-        workers = {}
-        for device, w in sorted(by_worker.items()):
-            if not w.get("pairs"):
-                continue
-            workers[task_of(device) or device] = {
-                "median_step_time_s": w["tictac_median_step_time"],
-                "default_median_step_time_s": w["default_median_step_time"],
-                "pairs": w["pairs"], "ratio_median": w["ratio_median"],
-                "ratio_min": w["ratio_min"], "ratio_max": w["ratio_max"]}
-        out[label] = {"label": label_of(label), "workers": workers,
-                      **check.get("candidates", {}).get(label, {"pairs": 0})}
-    default = {}
-    for device, blocks in sorted(check.get("blocks", {}).items()):
-        medians = [median for phase, median, _ in blocks if phase == CHECK]
-        if medians:
-            default[task_of(device) or device] = {
-                "median_step_time_s": statistics.median(medians), "blocks": len(medians)}
-    out[DEFAULT] = {"label": label_of(DEFAULT), "workers": default}
-    for label, why in off.items():
-        out.setdefault(label, {"label": label_of(label), "workers": {}, "off": why})
-    return out
-
-
-def text_table(result: Mapping[str, Any]) -> str:
-    """A short table: per order and worker, median step time and ratio to TF's order."""
-    cfg, net = result["config"], result["network"]
-    where = (f"shaped links at {net['rate']}" if net.get("shaped")
-             else f"LOOPBACK, not shaped ({net.get('reason')})")
-    model = result.get("model", {})
-    lines = [f"tictac bench --frontend fit: {model.get('label', cfg['model'])}, "
-             f"{cfg['workers']} workers, {cfg['ps']} PS, batch {cfg['batch']}, {where}",
-             f"  model compiled with {model.get('compiled_by')}; "
-             f"{cfg['rounds']} round(s) of {cfg['block_steps']}-step block pairs per order",
-             f"  stragglers {result['stragglers']}",
-             f"  ratio = TensorFlow's median / the order's median per block pair "
-             f"(> 1: faster); range over pairs",
-             f"  {'order':<10} {'worker':<9} {'median ms':>9}  ratio (range, pairs)"]
-    orders = result["orders"]
-    for label in (DEFAULT,) + ORDERS:
-        entry = orders.get(label)
-        if entry is None:
-            continue
-        if entry.get("off"):
-            lines.append(f"  {label:<10} off: {entry['off']}")
-            continue
-        for worker, s in entry["workers"].items():
-            line = f"  {label:<10} {worker:<9} {s['median_step_time_s'] * 1e3:>9.1f}"
-            if "ratio_median" in s:
-                line += (f"  {s['ratio_median']:.3f} ({s['ratio_min']:.3f}.."
-                         f"{s['ratio_max']:.3f}, {s['pairs']})")
-            lines.append(line)
-    lines.append("  " + with_check_line(result.get("with_check")))
-    return "\n".join(lines)
-
-
-def with_check_line(w: Mapping[str, Any] | None) -> str:
-    """One line: what TicTac with its order check gave (:func:`with_check`)."""
-    if not w:
-        return "with the order check: not recorded"
-    cost = w.get("check_cost_steps")
-    cost_text = ("" if cost is None else
-                 f"; the check's TIC/TAC blocks cost {cost:+.1f} TensorFlow-order steps")
-    if w.get("kept") is None or w.get("ratio_median") is None:
-        return (f"with the order check: decision {w.get('decision')}; "
-                f"{w.get('note', '')}{cost_text}")
-    after = (f"{w['kept_after'].upper()} kept" if w.get("kept_after")
-             else "TensorFlow's order kept after it")
-    return (f"with the order check: {w['kept'].upper()} kept; held out, "
-            f"{w['pairs']} fresh block pairs: ratio {w['ratio_median']:.3f} "
-            f"({w['ratio_min']:.3f}..{w['ratio_max']:.3f}) vs TensorFlow's order; {after}"
-            f"{cost_text}")
 
 
 def config_from_args(args: Any) -> FitConfig:
