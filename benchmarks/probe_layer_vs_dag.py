@@ -107,14 +107,13 @@ APPLICATION_BATCH = 8
 def batch_for(model: str, batch_size: int | None) -> int:
     """--batch-size, else 8 for a keras.applications model and the fit bench's default
     for a `tictac bench --model` workload."""
-    from tictac_hooks.bench.fit_mode import DEFAULT_BATCH
-    from tictac_hooks.bench.models import DEFAULT_BATCH as BUILTIN_BATCH
+    from tictac_hooks.bench import workloads
     from tictac_hooks.bench.user_model import is_model_spec
     if batch_size is not None:
         return batch_size
     if not is_model_spec(model):
         return APPLICATION_BATCH
-    return BUILTIN_BATCH.get(model, DEFAULT_BATCH)
+    return workloads.default_batch(model, "training")
 
 
 def build_workload(model: str, batch_size: int):

@@ -81,13 +81,14 @@ def test_builtins_resolve_by_name():
     assert not user_model.is_model_spec("resnet50")
 
 
-def test_graph_frontend_refuses_a_user_model(capsys):
-    assert cli.main(["bench", "--model", f"{MY_MODEL}:make"]) == 2
-    err = capsys.readouterr().err
-    assert "--frontend fit" in err and "tf.compat.v1" in err
-    assert cli.main(["bench", "--model", "dlrm"]) == 2
+def test_graph_frontend_names_a_bad_model_and_refuses_sharding(tmp_path, capsys):
+    path = user_file(tmp_path, "def build(batch_size):\n    return None\n")
+    assert cli.main(["bench", "--model", f"{path}:make"]) == 2
+    assert "has no function 'make'" in capsys.readouterr().err
     assert cli.main(["bench", "--min-shard-bytes", "1000"]) == 2
     assert "--min-shard-bytes applies to --frontend fit" in capsys.readouterr().err
+    assert cli.main(["bench", "--verify-rounds", "2"]) == 2
+    assert "--verify-rounds applies to --frontend fit" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -63,3 +63,35 @@ def test_declared_is_the_variable_list_and_places_every_ps_read():
         assert position(read.name) == index[read.inputs[0].op.name], read.name
         assert position("edge_12_" + read.name) == index[read.inputs[0].op.name]
     assert position("tower0/no_such_node") is None
+
+
+def test_a_ps_workload_of_ones_own_runs_in_graph_mode_too():
+    """`tictac bench --model PATH.py:FUNCTION` (or dlrm, transformer) in the compat.v1
+    bench: the model's variables on the PSes, one tower per worker on the batch the
+    function returned, the compiled loss; declared is model.trainable_variables (the
+    reverse-declared model lists its head first though it uses it last); an embedding's
+    rows are updated as rows (the pushes stay rows, as under ParameterServerStrategy)."""
+    import os
+    from tictac_hooks.bench import user_model, workloads
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = os.path.join(root, "examples", "my_model.py") + ":make"
+    assert workloads.model_key(spec) == "my_model-make"
+    assert workloads.default_batch(spec, "training") == user_model.DEFAULT_BATCH
+    assert workloads.default_batch("dlrm", "inference") == 256
+    work = workloads.build(spec, "training", [[0, 1]], num_ps=2, batch=8,
+                           compute_workers=[0])
+    assert all("/job:ps/" in v.device for v in work.variables)
+    assert {v.device for v in work.variables} >= {"/job:ps/task:0", "/job:ps/task:1"}
+    assert work.declared[:len(work.variables)] == work.variables
+    names = [v.name for v in work.variables]
+    assert names.index(next(n for n in names if "head" in n)) < names.index(
+        next(n for n in names if "tokens" in n))  # declared head first
+    g = work.graph
+    types = {op.type for op in g.get_operations()}
+    assert "ResourceScatterSub" in types and "ResourceGather" in types
+    ref = _ancestors(work.compute.fetches)
+    assert all("/job:worker/" in g.get_operation_by_name(n).device
+               for n in ref if g.get_operation_by_name(n).device)
+    assert work.sets[0].num_timestamps == 2
+    inference = workloads.build("dlrm", "inference", [[0]], num_ps=1, batch=4)
+    assert inference.param_bytes > 0 and len(inference.sets[0].fetches) == 2

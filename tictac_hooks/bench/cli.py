@@ -25,10 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "ByteScheduler's PyTorch plugin and P3). Falls back to loopback (and says so) "
         "without root or tc.")
     p.add_argument("--model", default=None,
-                   help="resnet50, inceptionv3, vgg16 or mobilenetv2 (default resnet50); "
-                        "with --frontend fit: dlrm, transformer (default dlrm) or your "
-                        "own, PATH.py:FUNCTION, FUNCTION(batch_size) returning (model, "
-                        "inputs, targets) (bench/user_model.py)")
+                   help="resnet50, inceptionv3, vgg16, mobilenetv2, the PS workloads "
+                        "dlrm and transformer, or your own, PATH.py:FUNCTION, "
+                        "FUNCTION(batch_size) returning (model, inputs, targets) "
+                        "(bench/user_model.py); default resnet50, with --frontend fit "
+                        "dlrm")
     p.add_argument("--frontend", choices=("graph", "fit"), default="graph",
                    help="graph: the compat.v1 in-graph replicated bench (default); fit: "
                         "tf_keras fit under ParameterServerStrategy with the TicTac "

@@ -40,7 +40,6 @@ from tictac_hooks.bench.fit_report import (BASELINES, ORDERS, STRAGGLERS, order_
                                            product_choice, text_table, with_check)
 
 DEFAULT_RATE = "1gbit"
-DEFAULT_BATCH = 64
 STEPS_PER_EPOCH = 500
 
 
@@ -51,7 +50,7 @@ class FitConfig:
     model: str = "dlrm"
     workers: int = 2
     ps: int = 2
-    batch: int | None = None        # default: the built-in's, else DEFAULT_BATCH
+    batch: int | None = None        # default: the built-in's, else user_model's
     rate: str = DEFAULT_RATE        # the shaped links' rate
     loopback: bool = False
     orders: Sequence[str] = ORDERS
@@ -88,7 +87,7 @@ class FitConfig:
 
     def batch_size(self) -> int:
         from tictac_hooks.bench.models import DEFAULT_BATCH as BUILTIN_BATCH
-        return self.batch or BUILTIN_BATCH.get(self.model, DEFAULT_BATCH)
+        return self.batch or BUILTIN_BATCH.get(self.model, user_model.DEFAULT_BATCH)
 
 
 # --- the parent: cluster, coordinator, result ---------------------------------------------

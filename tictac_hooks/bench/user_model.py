@@ -19,6 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Mapping
 
+DEFAULT_BATCH = 64  # per worker, for a model file (the built-ins have their own)
 DEFAULT_COMPILE = "SGD (learning rate 0.01) and sparse categorical cross-entropy on logits"
 EXPECTED = ("a tuple (model, inputs, targets): a tf_keras Model, and one batch of inputs "
             "and of targets, each an array or a dict of arrays")
@@ -147,7 +148,8 @@ def load(source: ModelSource, batch_size: int, keras: Any = None) -> LoadedModel
     if not model.trainable_variables:
         raise UserModelError(f"the model {where}({batch_size}) returned has no trainable "
                              "variables: there is nothing for the parameter servers to send")
-    if getattr(model, "_is_compiled", False):
+    # (graph mode's Model, tf.compat.v1: compile sets only _compile_was_called)
+    if getattr(model, "_is_compiled", False) or getattr(model, "_compile_was_called", False):
         compiled_by = "the model's own compile"
     else:
         model.compile(optimizer=keras.optimizers.SGD(0.01),
@@ -208,17 +210,12 @@ def _first_line(e: BaseException) -> str:
 
 
 def refuse_in_graph_mode(spec: str, min_shard_bytes: int | None = None) -> None:
-    """The compat.v1 bench (``--frontend graph``) runs only its four CNNs: it builds
-    them itself, in-graph replicated in one ``tf.compat.v1`` graph (one tower per worker
-    reading the PS variables, bench/workloads.py), and a tf_keras model built by
-    ``FUNCTION(batch_size)`` is not such a graph."""
+    """What the compat.v1 bench (``--frontend graph``) cannot run: it places each
+    variable whole on one PS (``replica_device_setter``), so there is no partitioner
+    to shard with. ``spec`` is resolved here, so that a bad file or function is named
+    before any cluster starts."""
     if is_model_spec(spec):
-        raise UserModelError(
-            f"--model {spec}: the user's model and the built-in dlrm and transformer run "
-            "with --frontend fit (tf_keras fit under ParameterServerStrategy). The default "
-            "--frontend graph builds its four CNNs itself, replicated in-graph per worker "
-            "in one tf.compat.v1 graph, which a tf_keras model from FUNCTION(batch_size) "
-            "is not: add --frontend fit")
+        resolve(spec)
     if min_shard_bytes is not None:
         raise UserModelError("--min-shard-bytes applies to --frontend fit (the strategy's "
                              "variable_partitioner); the compat.v1 bench places each "

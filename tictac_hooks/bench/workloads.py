@@ -1,9 +1,13 @@
-"""Benchmark workloads: Keras application models, in-graph replicated (tf.compat.v1).
+"""Benchmark workloads: Keras application models, or a PS workload of one's own (the
+built-in dlrm and transformer, or PATH.py:FUNCTION: bench/user_model.py), in-graph
+replicated (tf.compat.v1).
 
 The variables live on the PS tasks (``replica_device_setter``, round-robin), one tower
 per worker reads them and computes on synthetic input (random images on the worker, as
-the paper's synthetic ImageNet). Training: each tower's gradients, averaged on the PS
-that holds the variable, update it with SGD (synchronous, as in the paper).
+the paper's synthetic ImageNet; for a model of one's own, the batch its function
+returned, with its compiled loss). Training: each tower's gradients, averaged on the PS
+that holds the variable, update it with SGD (synchronous, as in the paper); an
+embedding's gradient (the rows looked up) updates those rows only.
 Inference: the forward pass alone. Each tower ends in a ``tf.timestamp()`` on its
 worker that depends on the tower's last output: the client fetches it to know when
 each worker finished (straggler time, makespan).
@@ -35,13 +39,24 @@ MODES = ("training", "inference")
 
 
 def default_batch(model: str, mode: str) -> int:
+    from tictac_hooks.bench import user_model
+    if user_model.is_model_spec(model):
+        from tictac_hooks.bench.models import DEFAULT_BATCH
+        return DEFAULT_BATCH.get(model, user_model.DEFAULT_BATCH)
     return MODELS[model_key(model)][2 if mode == "training" else 3]
 
 
 def model_key(name: str) -> str:
+    """The CNN's key, or for a PS workload (a built-in of bench/models.py or
+    PATH.py:FUNCTION, bench/user_model.py) its label, made fit for file names
+    ("dlrm", "my_model-make")."""
+    from tictac_hooks.bench import user_model
+    if user_model.is_model_spec(name):
+        return user_model.resolve(name).label.replace(".py:", "-").replace(":", "-")
     key = name.lower().replace("-", "").replace("_", "")
     if key not in MODELS:
-        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}")
+        raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}, a "
+                         "built-in PS workload (dlrm, transformer) or PATH.py:FUNCTION")
     return key
 
 
@@ -83,6 +98,45 @@ def _tower(net: Any, variables: list, mode: str, x: Any, labels: Any) -> tuple[l
     return [tf.reduce_sum(net(x, training=False))], []
 
 
+def _user_tower(net: Any, variables: list, mode: str, x: Any, y: Any) -> tuple[list, list]:
+    """:func:`_tower` for a PS workload of one's own: its compiled loss on its own
+    targets."""
+    import tensorflow as tf
+    import tf_keras
+    if mode == "training":
+        pred = net(x, training=True)
+        if isinstance(net.loss, (str, tf_keras.losses.Loss)) or callable(net.loss):
+            loss = tf.reduce_mean(tf_keras.losses.get(net.loss)(y, pred))
+        else:  # per-output losses: the compiled container sums them
+            loss = net.compiled_loss(y, pred)
+        grads = tf.gradients(loss, variables)
+        return [g.values if isinstance(g, tf.IndexedSlices) else g
+                for g in grads if g is not None], grads
+    pred = net(x, training=False)
+    return [tf.add_n([tf.reduce_sum(t) for t in tf.nest.flatten(pred)])], []
+
+
+def _constants(value: Any) -> Any:
+    """An array, or a dict of arrays, as constants of the graph (on the current device)."""
+    import tensorflow as tf
+    return tf.nest.map_structure(tf.constant, value)
+
+
+def _sgd_update(var: Any, grads: list, learning_rate: float) -> Any:
+    """``var -= learning_rate * mean(grads)``, colocated with ``var`` (its PS). A gather's
+    gradient (IndexedSlices: the rows looked up) updates those rows only, as
+    ParameterServerStrategy's optimizers do, so the pushes stay rows."""
+    import tensorflow as tf
+    n = float(len(grads))
+    with tf.compat.v1.colocate_with(var):
+        if all(isinstance(g, tf.IndexedSlices) for g in grads):
+            values = tf.concat([g.values for g in grads], 0) * (learning_rate / n)
+            indices = tf.concat([g.indices for g in grads], 0)
+            return var.scatter_sub(tf.IndexedSlices(values, indices)).op
+        dense = [tf.convert_to_tensor(g) for g in grads]
+        return var.assign_sub(learning_rate * tf.add_n(dense) / n).op
+
+
 def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: int,
           batch: int, seed: int = 7, learning_rate: float = 1e-3,
           compute_workers: Sequence[int] = ()) -> Workload:
@@ -94,34 +148,56 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
     import tensorflow as tf
     import tf_keras
 
+    from tictac_hooks.bench import user_model
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    attr, side = MODELS[model_key(model)][:2]
+    source = user_model.resolve(model) if user_model.is_model_spec(model) else None
     tf.compat.v1.disable_eager_execution()
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
-        with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
-            net = getattr(tf_keras.applications, attr)(
-                weights=None, input_shape=(side, side, 3), classes=CLASSES)
+        if source is not None:
+            # the user's model (bench/user_model.py), its variables on the PSes; the one
+            # batch it returned is every worker's, as in fit mode
+            with tf.compat.v1.device(
+                    tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
+                loaded = user_model.load(source, batch, tf_keras)
+            net, tower = loaded.model, _user_tower
+
+            def new_net() -> Any:
+                return user_model.load(source, batch, tf_keras).model
+
+            def _inputs(w: int) -> tuple[Any, Any]:
+                return (_constants(loaded.inputs),
+                        _constants(loaded.targets) if mode == "training" else None)
+        else:
+            attr, side = MODELS[model_key(model)][:2]
+            with tf.compat.v1.device(
+                    tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
+                net = getattr(tf_keras.applications, attr)(
+                    weights=None, input_shape=(side, side, 3), classes=CLASSES)
+            tower = _tower
+
+            def new_net() -> Any:
+                return getattr(tf_keras.applications, attr)(
+                    weights=None, input_shape=(side, side, 3), classes=CLASSES)
+
+            def _inputs(w: int) -> tuple[Any, Any]:  # worker w's synthetic batch
+                x = tf.random.uniform([batch, side, side, 3], seed=seed + w)
+                labels = tf.random.uniform([batch], maxval=CLASSES, dtype=tf.int32,
+                                           seed=seed + 100 + w)
+                return x, labels if mode == "training" else None
         variables = list(net.trainable_variables)
         all_variables = list(net.variables)
-
-        def _inputs(w: int) -> tuple[Any, Any]:  # worker w's synthetic batch
-            x = tf.random.uniform([batch, side, side, 3], seed=seed + w)
-            labels = tf.random.uniform([batch], maxval=CLASSES, dtype=tf.int32,
-                                       seed=seed + 100 + w)
-            return x, labels if mode == "training" else None
 
         compute = None
         if compute_workers:
             lasts, stamps = [], []
             for w in compute_workers:
                 with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"compute{w}"):
-                    local = getattr(tf_keras.applications, attr)(
-                        weights=None, input_shape=(side, side, 3), classes=CLASSES)
-                    last, _ = _tower(local, list(local.trainable_variables), mode,
-                                     *_inputs(w))
+                    local = new_net()
+                    last, _ = tower(local, list(local.trainable_variables), mode,
+                                    *_inputs(w))
                     # one fetched scalar that needs every gradient (see _tower), at the
                     # cost of one element read from each
                     value = last[0] if mode == "inference" else tf.add_n(
@@ -135,7 +211,7 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
             tower_grads, stamps, outputs = [], [], []
             for w in tasks:
                 with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"tower{w}"):
-                    last, grads = _tower(net, variables, mode, *_inputs(w))
+                    last, grads = tower(net, variables, mode, *_inputs(w))
                     if mode == "training":
                         tower_grads.append(grads)
                     else:
@@ -147,15 +223,16 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
                 updates = []
                 for i, var in enumerate(variables):
                     grads_i = [g[i] for g in tower_grads if g[i] is not None]
-                    if not grads_i:
-                        continue
-                    with tf.compat.v1.colocate_with(var):
-                        mean = tf.add_n(grads_i) / float(len(grads_i))
-                        updates.append(var.assign_sub(learning_rate * mean).op)
+                    if grads_i:
+                        updates.append(_sgd_update(var, grads_i, learning_rate))
                 fetches.append(tf.group(*updates))
             sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
         init = tf.compat.v1.global_variables_initializer()
-        declared = list(tf.compat.v1.trainable_variables())
+        # declaration order: a keras.applications model creates its variables in it; a
+        # model of one's own lists them in model.trainable_variables (a subclassed
+        # model creates them where first called, in use order)
+        declared = (list(net.trainable_variables) if source is not None
+                    else list(tf.compat.v1.trainable_variables()))
         declared += [v for v in tf.compat.v1.global_variables()
                      if all(v is not d for d in declared)]
     param_bytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
