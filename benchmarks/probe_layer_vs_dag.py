@@ -116,22 +116,17 @@ def batch_for(model: str, batch_size: int | None) -> int:
     return workloads.default_batch(model, "training")
 
 
-def build_workload(model: str, batch_size: int):
-    """A `tictac bench --model` workload (a built-in name or PATH.py:FUNCTION), loaded
-    as the bench loads it (bench/user_model.py: UserModelError says what is wrong)."""
-    from tictac_hooks.bench.user_model import load, resolve
-    return load(resolve(model), batch_size)
-
-
-def base_graph(model: str, training: bool, batch_size: int):
+def base_graph(model: str, source, training: bool, batch_size: int):
     """The timed DAG (1 GB/s link) of a keras.applications name, or of a workload
-    `tictac bench --model` takes (a built-in name or PATH.py:FUNCTION)."""
-    from tictac_hooks.bench.user_model import is_model_spec
+    `tictac bench --model` takes (``source``: its resolved builder, a built-in or
+    PATH.py:FUNCTION; None for a keras.applications name), loaded as the bench loads it
+    (bench/user_model.py: UserModelError says what is wrong)."""
+    from tictac_hooks.bench.user_model import load
     from tictac_hooks.graph.tf.analyze import analyzed_graph, analyzed_model
-    if not is_model_spec(model):
+    if source is None:
         return analyzed_graph(model, training=training, batch_size=batch_size,
                               bandwidth_bytes_per_s=1e9, progress=False)
-    loaded = build_workload(model, batch_size)
+    loaded = load(source, batch_size)
     return analyzed_model(loaded.model, (loaded.inputs, loaded.targets), training=training,
                           bandwidth_bytes_per_s=1e9, progress=False)
 
@@ -153,9 +148,7 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--keras keras3: the PS workloads and PATH.py:FUNCTION models are tf_keras "
                 "models (as `tictac bench --model` takes them)")
     try:  # a missing file or function is said before any model is traced
-        for m in models:
-            if is_model_spec(m):
-                resolve(m)
+        sources = {m: resolve(m) if is_model_spec(m) else None for m in models}
     except UserModelError as e:
         p.error(str(e))
     os.environ["TF_USE_LEGACY_KERAS"] = "1" if a.keras == "tf_keras" else "0"
@@ -168,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     for model in models:
         batch = batch_for(model, a.batch_size)
         for mode in a.modes.split(","):
-            base = base_graph(model, mode == "training", batch)
+            base = base_graph(model, sources[model], mode == "training", batch)
             for ratio in (float(r) for r in a.ratios.split(",")):
                 g = with_ratio(base, ratio)
                 orders = {alg: compute_order(g, alg) for alg in ALGORITHMS}

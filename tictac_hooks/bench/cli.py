@@ -112,7 +112,7 @@ def _bench(args: argparse.Namespace) -> int:
         return main_from_args(args)
     from tictac_hooks.bench.user_model import refuse_in_graph_mode
     args.model = args.model or "resnet50"
-    refuse_in_graph_mode(args.model, args.min_shard_bytes)
+    refuse_in_graph_mode(args.min_shard_bytes)
     if args.verify_rounds is not None:
         raise ValueError("--verify-rounds applies to --frontend fit; the compat.v1 bench "
                          "measures what TicTac's check kept with schedule 'checked'")

@@ -244,8 +244,9 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
           f"{sum(v['bytes'] for v in variables) / 2**20:.1f} MiB, "
           f"{sum(v['shards'] > 1 for v in variables)} sharded over {cfg['ps']} PS; "
           f"compiled with {loaded.compiled_by}", flush=True)
+    verify_rounds = cfg["verify_rounds"]
     tictac = _tictac_class()(
-        cfg["orders"], verify_rounds=cfg.get("verify_rounds", 0), algorithm="tic",
+        cfg["orders"], verify_rounds=verify_rounds, algorithm="tic",
         profile_steps=cfg["profile_steps"],
         check_rounds=cfg["rounds"], check_block_steps=cfg["block_steps"], recheck_every=0,
         bandwidth=cfg["link_bytes_per_s"], measure_compute=True)
@@ -269,7 +270,7 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "orders": order_results(check, off),
         "off": off,
         "check": check,
-        "with_check": with_check(first, verify, cfg.get("verify_rounds", 0)),
+        "with_check": with_check(first, verify, verify_rounds),
         "tictac": {k: summary[k] for k in ("coverage", "order", "records", "hook", "tac_off")
                    if k in summary},
     }

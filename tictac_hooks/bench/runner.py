@@ -87,7 +87,7 @@ class BenchConfig:
         self.schedules = [canonical_schedule(s) for s in self.schedules]
 
     def validate(self) -> None:
-        workloads.model_key(self.model)
+        workloads.check_model(self.model)
         if self.mode not in workloads.MODES:
             raise ValueError(f"--mode must be one of {workloads.MODES}, got {self.mode!r}")
         for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("steps", 1, 10000),

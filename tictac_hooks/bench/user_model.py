@@ -55,6 +55,16 @@ def is_model_spec(spec: str) -> bool:
     return spec in BUILDERS or ":" in spec or spec.endswith(".py")
 
 
+def label_of(spec: str) -> str:
+    """How tables and file names call ``spec``, without importing it: a built-in's
+    name, or FILE.py:FUNCTION."""
+    from tictac_hooks.bench.models import BUILDERS
+    if spec in BUILDERS:
+        return spec
+    path, _, function = spec.rpartition(":")
+    return f"{os.path.basename(path)}:{function}"
+
+
 def resolve(spec: str) -> ModelSource:
     """The builder ``spec`` names: a built-in name, or ``PATH.py:FUNCTION`` (the file is
     imported here: a missing file, a file that fails to import, a missing or
@@ -85,7 +95,7 @@ def resolve(spec: str) -> ModelSource:
     if not callable(builder):
         raise UserModelError(f"--model {where}: {function!r} in {path} is a "
                              f"{type(builder).__name__}, not a function")
-    return ModelSource(spec, f"{os.path.basename(path)}:{function}", builder, full, function)
+    return ModelSource(spec, label_of(spec), builder, full, function)
 
 
 def _import_file(path: str, where: str) -> Any:
@@ -209,13 +219,10 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else ""
 
 
-def refuse_in_graph_mode(spec: str, min_shard_bytes: int | None = None) -> None:
+def refuse_in_graph_mode(min_shard_bytes: int | None = None) -> None:
     """What the compat.v1 bench (``--frontend graph``) cannot run: it places each
     variable whole on one PS (``replica_device_setter``), so there is no partitioner
-    to shard with. ``spec`` is resolved here, so that a bad file or function is named
-    before any cluster starts."""
-    if is_model_spec(spec):
-        resolve(spec)
+    to shard with."""
     if min_shard_bytes is not None:
         raise UserModelError("--min-shard-bytes applies to --frontend fit (the strategy's "
                              "variable_partitioner); the compat.v1 bench places each "

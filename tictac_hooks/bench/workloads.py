@@ -38,6 +38,16 @@ CLASSES = 10
 MODES = ("training", "inference")
 
 
+def check_model(name: str) -> None:
+    """Raises ValueError for a model this bench cannot build: an unknown CNN, or a PS
+    workload whose file or function is wrong (:class:`UserModelError`, naming it)."""
+    from tictac_hooks.bench import user_model
+    if user_model.is_model_spec(name):
+        user_model.resolve(name)
+    else:
+        model_key(name)
+
+
 def default_batch(model: str, mode: str) -> int:
     from tictac_hooks.bench import user_model
     if user_model.is_model_spec(model):
@@ -49,10 +59,10 @@ def default_batch(model: str, mode: str) -> int:
 def model_key(name: str) -> str:
     """The CNN's key, or for a PS workload (a built-in of bench/models.py or
     PATH.py:FUNCTION, bench/user_model.py) its label, made fit for file names
-    ("dlrm", "my_model-make")."""
+    ("dlrm", "my_model-make"; the file is not imported: :func:`check_model` does)."""
     from tictac_hooks.bench import user_model
     if user_model.is_model_spec(name):
-        return user_model.resolve(name).label.replace(".py:", "-").replace(":", "-")
+        return user_model.label_of(name).replace(".py:", "-").replace(":", "-")
     key = name.lower().replace("-", "").replace("_", "")
     if key not in MODELS:
         raise ValueError(f"unknown model {name!r}: choose one of {', '.join(MODELS)}, a "
@@ -105,7 +115,7 @@ def _user_tower(net: Any, variables: list, mode: str, x: Any, y: Any) -> tuple[l
     import tf_keras
     if mode == "training":
         pred = net(x, training=True)
-        if isinstance(net.loss, (str, tf_keras.losses.Loss)) or callable(net.loss):
+        if isinstance(net.loss, str) or callable(net.loss):
             loss = tf.reduce_mean(tf_keras.losses.get(net.loss)(y, pred))
         else:  # per-output losses: the compiled container sums them
             loss = net.compiled_loss(y, pred)
@@ -172,15 +182,15 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
                         _constants(loaded.targets) if mode == "training" else None)
         else:
             attr, side = MODELS[model_key(model)][:2]
-            with tf.compat.v1.device(
-                    tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
-                net = getattr(tf_keras.applications, attr)(
-                    weights=None, input_shape=(side, side, 3), classes=CLASSES)
-            tower = _tower
 
             def new_net() -> Any:
                 return getattr(tf_keras.applications, attr)(
                     weights=None, input_shape=(side, side, 3), classes=CLASSES)
+
+            with tf.compat.v1.device(
+                    tf.compat.v1.train.replica_device_setter(ps_tasks=num_ps)):
+                net = new_net()
+            tower = _tower
 
             def _inputs(w: int) -> tuple[Any, Any]:  # worker w's synthetic batch
                 x = tf.random.uniform([batch, side, side, 3], seed=seed + w)
