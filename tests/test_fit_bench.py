@@ -329,7 +329,8 @@ def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     # the check's TIC blocks: 2 rounds x 4 steps at 1 / 1.2 of a TensorFlow-order step
     assert w["check_cost_steps"] == pytest.approx(8 * (1 / 1.2 - 1))
     line = fit_report.with_check_line(w)
-    assert line == ("with the order check: TIC kept; held out, 2 fresh block pairs: "
+    assert line == ("with the order check: TicTac's check keeps TIC; held out, 2 fresh "
+                    "block pairs: "
                     "ratio 1.200 (1.100..1.300) vs TensorFlow's order; TIC kept; the "
                     "check's TIC/TAC blocks cost -1.3 TensorFlow-order steps")
     slower = result([(SCHEDULED, "tic", 1.3), (CHECK, None, 1.0)] * 2, ("tic",))

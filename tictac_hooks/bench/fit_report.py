@@ -65,8 +65,9 @@ def with_check(check: Any, verify: Any, verify_rounds: int) -> dict[str, Any]:
                            else None, "verify_rounds": verify_rounds,
                            "check_cost_steps": check_cost_steps(check)}
     if kept is None:
-        out["note"] = ("the check kept TensorFlow's order: TicTac runs it from then on, "
-                       "ratio 1 by construction")
+        out["note"] = ("TicTac's check (TIC and TAC against TensorFlow's order) keeps "
+                       "TensorFlow's order: TicTac runs it from then on, ratio 1 by "
+                       "construction")
         return out
     if verify is None:
         out["note"] = "not measured (no held-out check ran)"
@@ -158,7 +159,7 @@ def with_check_line(w: Mapping[str, Any] | None) -> str:
                 f"{w.get('note', '')}{cost_text}")
     after = (f"{w['kept_after'].upper()} kept" if w.get("kept_after")
              else "TensorFlow's order kept after it")
-    return (f"with the order check: {w['kept'].upper()} kept; held out, "
+    return (f"with the order check: TicTac's check keeps {w['kept'].upper()}; held out, "
             f"{w['pairs']} fresh block pairs: ratio {w['ratio_median']:.3f} "
             f"({w['ratio_min']:.3f}..{w['ratio_max']:.3f}) vs TensorFlow's order; {after}"
             f"{cost_text}")
