@@ -30,6 +30,7 @@ from tictac_hooks.graph.tf.naming import sending_node_name
 
 PS = "127.0.0.1:61001"
 WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
+TASK = "/job:worker/replica:0/task:0"  # what the gates name it: one worker is one task
 PROFILE_STEPS = 4
 ROUNDS, BLOCK = 2, 3
 AFTER_CHECK = 5
@@ -227,7 +228,7 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
 
     # The summary and the logs: the worker's steps in both orders, the pause of the
     # switch kept out of the medians, the decision with its rule.
-    worker = summary["workers"][WORKER] if "workers" in summary else summary[WORKER]
+    worker = summary["workers"][TASK] if "workers" in summary else summary[TASK]
     assert worker["steps"] == total
     assert sum(worker["excluded"].values()) >= 2  # first step, the switch's pause, ...
     assert worker["excluded"].get("paused", 0) >= 1
@@ -387,7 +388,7 @@ def test_a_switch_that_cannot_order_says_why_and_training_goes_on(
              if "own transfer order kept" in line]
     assert len(lines) == 1 and "training goes on" in lines[0], lines
     assert "not the one being trained" not in why
-    worker = summary["workers"][WORKER] if "workers" in summary else summary[WORKER]
+    worker = summary["workers"][TASK] if "workers" in summary else summary[TASK]
     assert worker["steps"] == len(ran)
 
 
@@ -472,7 +473,7 @@ def test_steps_per_execution_counts_training_steps_and_orders_every_iteration(
         assert [t["state"] for t in rec["transfers"]] == ["listed"] * len(body.recvs)
         priorities = [t["priority"] for t in rec["transfers"]]
         assert priorities == sorted(priorities) and rec["skips"] == 0, rec
-    worker = summary["workers"][WORKER]
+    worker = summary["workers"][TASK]
     assert worker["steps"] == epochs * steps_per_epoch  # dead exits and per-call not steps
     assert summary["order"]["scheduled_steps"] == summary["order"]["followed"]
     assert summary["order"]["scheduled_steps"] >= len(scheduled) - 1
@@ -530,6 +531,7 @@ def test_a_failed_compute_profile_turns_tac_off_in_one_line_and_training_goes_on
 # -- records: the cursor, gaps, lost workers -------------------------------------------
 
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+TASK1 = "/job:worker/replica:0/task:1"
 
 
 def test_the_cursor_reads_each_record_once_and_reports_what_the_history_dropped():
@@ -618,7 +620,7 @@ def test_lost_records_are_gaps_not_steps_and_the_steps_keep_their_numbers(monkey
         cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS, log_dir=str(tmp_path))
         summary = _drive(cb, gate, 100)
     records = summary["records"]
-    worker = summary["workers"][WORKER]
+    worker = summary["workers"][TASK]
     assert records["dropped"] > 0 and worker["missing"] > 0, records
     # Every dispatched step is either recorded or missing (counted in a gap).
     assert worker["steps"] + worker["missing"] == 100, worker
@@ -644,10 +646,10 @@ def test_a_worker_that_stops_is_reported_once_and_its_last_step_is_unfinished(
     out = capsys.readouterr().out
     lost_lines = [line for line in out.splitlines() if " lost: " in line]
     assert len(lost_lines) == 1 and "worker_1" in lost_lines[0], out
-    w1 = summary["workers"][W1]
+    w1 = summary["workers"][TASK1]
     assert w1["lost"]["detected"] > w1["lost"]["last_step_start"], w1
     assert w1["unfinished"] == 1 and w1["steps"] == 19, w1
-    assert summary["workers"][WORKER]["steps"] == 121
+    assert summary["workers"][TASK]["steps"] == 121
     # The counts add up: 140 dispatched = 140 steps recorded where they finished (the
     # unfinished one's closure ran again on worker 0, where it counts once).
     records = summary["records"]
@@ -695,7 +697,7 @@ def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):
     assert first > PROFILE_STEPS + 5, versions  # TensorFlow's order while switching
     assert all(v is not None for v in versions[first:]), versions
     assert summary["hook"]["switch_in_background_ms"] >= 600, summary["hook"]
-    worker = summary["workers"][WORKER]
+    worker = summary["workers"][TASK]
     assert worker["steps"] == len(versions)
     assert summary["order"]["followed"] == summary["order"]["scheduled_steps"] > 0
 

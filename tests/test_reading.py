@@ -20,6 +20,7 @@ from tictac_hooks.ports import free_port
 PS = "127.0.0.1:61401"
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+T1 = "/job:worker/replica:0/task:1"  # what the gates name it: one worker is one task
 IDS = itertools.count(1)
 
 
@@ -138,12 +139,12 @@ def test_a_silent_worker_whose_task_does_not_answer_is_lost_once(gate, cursor):
         step(gate, W0)
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
-    assert lines == [] and W1 not in steplog.lost  # not silent long enough
+    assert lines == [] and T1 not in steplog.lost  # not silent long enough
     step(gate, W0)
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
-    assert W1 in steplog.lost and len(lines) == 1
-    assert lines[0].startswith("worker_1 (" + W1 + ") lost: its last step started at ")
+    assert T1 in steplog.lost and len(lines) == 1
+    assert lines[0].startswith("worker_1 (" + T1 + ") lost: its last step started at ")
     assert f"the other workers started {reading.SUSPECT_AFTER_STEPS} steps since (its " \
            f"task at {dead} does not answer)" in lines[0]
     reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
@@ -162,7 +163,7 @@ def test_a_worker_of_unknown_address_is_lost_only_after_many_steps(gate, cursor)
         step(gate, W0)
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {}, {}, lines.append)
-    assert W1 in steplog.lost and "(no step of it since)" in lines[0]
+    assert T1 in steplog.lost and "(no step of it since)" in lines[0]
 
 
 def test_waiting_for_profiled_steps(gate, cursor):

@@ -44,7 +44,7 @@ def test_the_native_gates_record_fields_are_records_py_fields():
 def test_the_native_gates_stats_fields_are_gate_stats_fields():
     source = open(GATE_CC).read()
     written = (_cc_keys(_cc_function(source, "std::string Gate::SummaryLocked() {"))
-               | _cc_keys(_cc_function(source, "std::string Gate::StatsJson(")))
+               | _cc_keys(_cc_function(source, "std::string Gate::StatsLocked(")))
     # The client sets ps and device; upstream is the proxy's.
     defined = _fields(GateStats) - {"ps", "device", "upstream"}
     assert written == defined, (sorted(written - defined), sorted(defined - written))

@@ -12,12 +12,17 @@ import time
 
 import pytest
 
-from tictac_hooks.enforce.gate import Gate
+from tictac_hooks.enforce.gate import (DEFAULT_WORKERS, LIVE_STEPS_PER_WORKER,
+                                       RECORDS_PER_WORKER, Gate)
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.graph.tf.naming import parse_rendezvous_key, rendezvous_key_frame
+from tictac_hooks.graph.tf.naming import (parse_rendezvous_key, rendezvous_key_frame,
+                                         worker_of)
 from tictac_hooks.records import GateStep, TransferRecord
 
 SKIP_S = 0.25
+# the gates' default bounds (sized for DEFAULT_WORKERS workers)
+LIVE_STEPS = LIVE_STEPS_PER_WORKER * DEFAULT_WORKERS
+HISTORY = RECORDS_PER_WORKER * DEFAULT_WORKERS
 SRC = "/job:ps/replica:0/task:0/device:CPU:0"
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
@@ -36,13 +41,17 @@ class PythonDriver:
 
     name = "python"
 
-    def __init__(self, max_active_steps: int = 64, history: int = 256) -> None:
+    def __init__(self, max_active_steps: int = LIVE_STEPS, history: int = HISTORY,
+                 finish_after_s: float = 1.0, stale_after_s: float = 60.0,
+                 skip_after_s: float = SKIP_S) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.gate = self._on_loop(lambda: Gate(skip_after_s=SKIP_S, window_bytes=0,
+        self.gate = self._on_loop(lambda: Gate(skip_after_s=skip_after_s, window_bytes=0,
                                                max_active_steps=max_active_steps,
-                                               history=history))
+                                               history=history,
+                                               finish_after_s=finish_after_s,
+                                               stale_after_s=stale_after_s))
         self.tickets: dict[str, object] = {}
         self.released: set[str] = set()
         self.ready_: dict[str, tuple[int, str]] = {}
@@ -76,7 +85,7 @@ class PythonDriver:
         if tid in self.ready_:
             self._hand_back(tid)
 
-    def arrive(self, tid: str, step: int, k: str) -> None:
+    def arrive(self, tid: str, step: int, k: str, settle: bool = True) -> None:
         def go():
             name, dest, tensor = parse_rendezvous_key(k)
             t = self.gate.arrive(step, dest, name, tensor, *rendezvous_key_frame(k))
@@ -87,19 +96,25 @@ class PythonDriver:
             else:
                 fut.add_done_callback(lambda _f: self._on_release(tid))
         self._on_loop(go)
-        self._settle()
+        if settle:
+            self._settle()
 
-    def ready(self, tid: str, nbytes: int = 100, error: str = "", dead: bool = False) -> None:
+    def ready(self, tid: str, nbytes: int = 100, error: str = "", dead: bool = False,
+              settle: bool = True) -> None:
         def go():
             self.tickets[tid].dead = dead  # the rendezvous reads it off the response
             self.ready_[tid] = (nbytes, error)
             if tid in self.released:
                 self._hand_back(tid)
         self._on_loop(go)
-        self._settle()
+        if settle:
+            self._settle()
 
     def records(self) -> list[dict]:
         return self._on_loop(self.gate.records)
+
+    def totals(self) -> dict:
+        return self._on_loop(lambda: dict(self.gate.totals))
 
     def read(self, since: int, active: bool) -> dict:
         return self._on_loop(lambda: self.gate.read(since, active))
@@ -114,11 +129,16 @@ class NativeDriver:
 
     name = "native"
 
-    def __init__(self, path: str, max_active_steps: int = 64, history: int = 256) -> None:
+    def __init__(self, path: str, max_active_steps: int = LIVE_STEPS, history: int = HISTORY,
+                 finish_after_s: float = 1.0, stale_after_s: float = 60.0,
+                 skip_after_s: float = SKIP_S) -> None:
         from tictac_hooks.enforce.native.cgate import CGate
 
-        self.gate = CGate.alone(path, skip_after_s=SKIP_S, max_active_steps=max_active_steps,
+        self.gate = CGate.alone(path, skip_after_s=skip_after_s,
+                                max_active_steps=max_active_steps,
                                 history=history)
+        self.gate.control("configure", f"finish_after_s\t{finish_after_s!r}\n"
+                                       f"stale_after_s\t{stale_after_s!r}\n")
         self.ids: dict[str, int] = {}
         self.handed: list[str] = []
         self._lock = threading.Lock()
@@ -131,18 +151,23 @@ class NativeDriver:
     def clear(self) -> None:
         self.gate.control("clear")
 
-    def arrive(self, tid: str, step: int, k: str) -> None:
+    def arrive(self, tid: str, step: int, k: str, settle: bool = True) -> None:
         self.ids[tid] = self.gate.arrive(step, k)
 
-    def ready(self, tid: str, nbytes: int = 100, error: str = "", dead: bool = False) -> None:
+    def ready(self, tid: str, nbytes: int = 100, error: str = "", dead: bool = False,
+              settle: bool = True) -> None:
         def handed():
             with self._lock:
                 self.handed.append(tid)
         self.gate.ready(self.ids[tid], nbytes, handed, error, dead)
-        time.sleep(0.02)
+        if settle:
+            time.sleep(0.02)
 
     def records(self) -> list[dict]:
         return self.gate.control("stats", "active")["steps"]
+
+    def totals(self) -> dict:
+        return self.gate.control("stats", "finished")["totals"]
 
     def read(self, since: int, active: bool) -> dict:
         reply = self.gate.control("stats", f"{'active' if active else 'finished'} "
@@ -259,7 +284,7 @@ def per_destination_view(d):
     d.arrive("w0a", 2, key("a", W0))
     d.ready("w0a")
     return lambda recs: ([(r["worker"], r["order"]) for r in recs if r["step_id"] == 2]
-                         == [(W0, ["a", "b"]), (W1, ["b"])]
+                         == [(worker_of(W0), ["a", "b"]), (worker_of(W1), ["b"])]
                          and all(r["skips"] == 0 for r in recs))
 
 
@@ -421,6 +446,7 @@ def test_both_gates_give_the_same_records(scenario, gate_library):
 
 
 def test_evicting_an_old_step_hands_back_what_it_held(gate_library):
+    # Only past the memory bound on live steps (sized with the workers; 2 here).
     for driver in (PythonDriver(max_active_steps=2), NativeDriver(gate_library, 2)):
         try:
             driver.install(["ghost", "a"])
@@ -428,9 +454,136 @@ def test_evicting_an_old_step_hands_back_what_it_held(gate_library):
             driver.ready("a1")
             assert driver.handed == []  # held behind "ghost"
             driver.arrive("a2", 2, key("a"))
-            driver.arrive("a3", 3, key("a"))  # a third step: step 1 is finished
+            driver.arrive("a3", 3, key("a"))  # a third step: step 1 is evicted
             time.sleep(0.05)
             assert driver.handed[:1] == ["a1"], driver.name
+            (rec,) = [r for r in driver.records() if r["step_id"] == 1]
+            # the record says it went out of its order, and why; it is not complete
+            assert [t.get("early", "") for t in rec["transfers"]] == ["evicted"], rec
+            assert not rec["complete"] and rec["seq"] == 1
+            totals = driver.totals()
+            assert totals["early_evicted"] == 1 and totals["evicted_steps"] == 1, totals
+        finally:
+            driver.close()
+
+
+FINISH_S = 0.15  # a short finish bound, so that the tests below wait little
+
+
+def test_a_step_lives_until_it_is_quiet_however_many_steps_arrive(gate_library):
+    """200 steps of 8 workers beside a step still waiting: none is finished by the
+    others' arrivals (the old bound was 64 step keys); each finishes once quiet, with
+    its record complete and nothing let go early."""
+    # (a skip bound longer than the test: step 1 waits for "a" throughout)
+    for driver in (PythonDriver(finish_after_s=FINISH_S, skip_after_s=30.0),
+                   NativeDriver(gate_library, finish_after_s=FINISH_S, skip_after_s=30.0)):
+        try:
+            driver.install(["a", "b"])
+            driver.arrive("held-b", 1, key("b"))
+            driver.ready("held-b")  # waits for "a"
+            for step in range(2, 202):
+                dest = f"/job:worker/replica:0/task:{step % 8}/device:CPU:0"
+                for n in "ab":
+                    driver.arrive(f"{n}{step}", step, key(n, dest), settle=False)
+                for n in "ab":
+                    driver.ready(f"{n}{step}", nbytes=10, settle=False)
+            time.sleep(0.05)
+            assert "held-b" not in driver.handed, driver.name  # step 1 is still live
+            driver.arrive("held-a", 1, key("a"))
+            driver.ready("held-a")
+            time.sleep(FINISH_S * 3)
+            recs = driver.read(0, active=False)["steps"]
+            assert len(recs) == 201 and all(r["complete"] for r in recs), driver.name
+            assert all(not t.get("early") for r in recs for t in r["transfers"])
+            (first,) = [r for r in recs if r["step_id"] == 1]
+            assert first["order"] == ["a", "b"] and first["skips"] == 0, first
+            totals = driver.totals()
+            assert not any(k.startswith("early_") or k == "evicted_steps" for k in totals)
+        finally:
+            driver.close()
+
+
+def test_a_request_after_its_channel_finished_passes_straight_through(gate_library):
+    """A request for a (step, worker) already finished goes at once, counted, and makes
+    no second record (its counter does not start again at 0 and wait on "a")."""
+    for driver in (PythonDriver(finish_after_s=FINISH_S),
+                   NativeDriver(gate_library, finish_after_s=FINISH_S)):
+        try:
+            driver.install(["a", "b"])
+            for n in "ab":
+                driver.arrive(n, 1, key(n))
+                driver.ready(n)
+            time.sleep(FINISH_S * 3)
+            started = time.monotonic()
+            driver.arrive("b-again", 1, key("b"))
+            driver.ready("b-again")
+            assert "b-again" in driver.handed and time.monotonic() - started < SKIP_S
+            recs = driver.read(0, active=True)["steps"]
+            assert [(r["step_id"], r["order"]) for r in recs] == [(1, ["a", "b"])], recs
+            assert driver.totals()["after_finish"] == 1
+        finally:
+            driver.close()
+
+
+def test_a_stale_channel_lets_go_what_it_holds_marked_stale(gate_library):
+    for driver in (PythonDriver(finish_after_s=FINISH_S, stale_after_s=0.3),
+                   NativeDriver(gate_library, finish_after_s=FINISH_S, stale_after_s=0.3)):
+        try:
+            driver.install(["a", "b"])
+            driver.arrive("a", 1, key("a"))  # its response never comes
+            driver.arrive("b", 1, key("b"))
+            time.sleep(0.6)
+            (rec,) = driver.read(0, active=True)["steps"]
+            assert rec["seq"] == 1 and not rec["complete"], rec
+            assert sorted(t.get("early") for t in rec["transfers"]) == ["stale", "stale"]
+            assert driver.totals()["early_stale"] == 2
+        finally:
+            driver.close()
+
+
+def test_a_name_absent_for_one_worker_is_not_presumed_absent_for_another(gate_library):
+    """The absent streak is per destination: worker 0 never reads "ghost", worker 1
+    does, and worker 1 still waits for it."""
+    w1 = W1
+    for driver in (PythonDriver(), NativeDriver(gate_library)):
+        try:
+            driver.install(["ghost", "a"])
+            for step in (1, 2):  # ghost times out twice for worker 0: absent there
+                driver.arrive(f"a{step}", step, key("a"))
+                driver.ready(f"a{step}")
+                time.sleep(SKIP_S * 1.6)
+            driver.arrive("w0a", 3, key("a"))
+            driver.ready("w0a")
+            assert "w0a" in driver.handed  # at once: presumed absent for worker 0
+            driver.arrive("w1a", 4, key("a", w1))
+            driver.ready("w1a")
+            driver.arrive("w1ghost", 4, key("ghost", w1))
+            driver.ready("w1ghost")
+            (rec,) = [r for r in driver.records() if r["step_id"] == 4]
+            assert rec["order"] == ["ghost", "a"] and rec["skips"] == 0, (driver.name, rec)
+        finally:
+            driver.close()
+
+
+@pytest.mark.parametrize("devices", [("CPU:0",), ("CPU:0", "GPU:0"),
+                                     tuple(f"GPU:{i}" for i in range(8))],
+                         ids=["cpu", "cpu+gpu0", "gpu0-7"])
+def test_one_worker_is_one_task_whatever_devices_its_reads_land_on(gate_library, devices):
+    """Reads of one task on its CPU and its GPUs are one channel and one record, named
+    by the task; the order holds over them."""
+    task = "/job:worker/replica:0/task:2"
+    names = [f"v{i}" for i in range(max(2, len(devices)))]
+    for driver in (PythonDriver(), NativeDriver(gate_library)):
+        try:
+            driver.install(names)
+            for i, n in enumerate(names):
+                driver.arrive(n, 1, key(n, f"{task}/device:{devices[i % len(devices)]}"),
+                              settle=False)
+            for n in reversed(names):  # each waits for the ones before it
+                driver.ready(n)
+            (rec,) = driver.records()
+            assert rec["worker"] == task and rec["order"] == names, (driver.name, rec)
+            assert rec["complete"] and rec["skips"] == 0
         finally:
             driver.close()
 

@@ -4,6 +4,7 @@ import asyncio
 
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.schedule import Schedule
+from tictac_hooks.graph.tf.naming import worker_of
 
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
@@ -19,7 +20,9 @@ async def _step(gate, step, arrivals):
         await asyncio.sleep(0.001)
         gate.handed_back(t)
     await asyncio.gather(*(one(d, n) for d, n in arrivals))
-    return {r["worker"]: r for r in gate.records() if r["step_id"] == step}
+    # records name the worker task (one worker is one task); keyed here by the device
+    return {d: r for r in gate.records() if r["step_id"] == step
+            for d in (W0, W1) if worker_of(d) == r["worker"]}
 
 
 def test_each_tower_follows_its_own_order_without_waiting_for_the_others():

@@ -7,10 +7,21 @@ destination device) have been handed back or skipped; the counter advances at th
 a transfer is handed back. A listed transfer that does not come within ``skip_after_s``
 of the counter's last advance, while later ones wait, is skipped and counted; one that was
 skipped in ``presume_absent_after`` consecutive steps is skipped at once from then on
-(still counted), so a schedule that names a transfer that never happens costs one bound,
-not one per step. Unlisted transfers pass straight through. State per step is freed:
-at most ``max_active_steps`` steps are tracked, and ``history`` finished (step, worker)
-records are kept for stats.
+(still counted; the streak is per destination), so a schedule that names a transfer that
+never happens costs one bound, not one per step. Unlisted transfers pass straight
+through. One worker is one task: the destination is the key's task, whatever device of
+it the read lands on (``naming.worker_of``).
+
+A step's life is measured in time, never in other steps (gate.h says the same for the
+native gate): a (step, destination) channel is finished once nothing of it is held or in
+flight and it has been quiet for ``finish_after_s``, or, whatever it holds, once it has
+been quiet for ``stale_after_s``; its record is then numbered and readable. Only a stale
+channel, shutdown, or more than ``max_active_steps`` live steps (a memory bound sized
+with the workers that a healthy cluster never reaches) let a transfer go out of its
+order, and each such transfer's record says why (``TransferRecord.early``); the totals
+count them. A request that comes after its channel finished passes straight through
+(``after_finish`` in the totals), never waiting on a counter that starts again at 0.
+``history`` finished (step, worker) records are kept for stats.
 
 Look-ahead window (``window_bytes``): the counter advances when the PS hands a response
 back, which here is when its HEADERS come back through the rendezvous, one PS round trip
@@ -38,9 +49,10 @@ from typing import Any, Callable
 from tictac_hooks import checks
 from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule
-from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, LATE, LISTED, PASS, SLOW,
-                                  TIMEOUT, UNEXPECTED, GateStats, GateStep, SkipRecord,
-                                  TransferRecord)
+from tictac_hooks.graph.tf.naming import worker_of
+from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, EVICTED, LATE, LISTED, PASS,
+                                  SLOW, STALE, TIMEOUT, UNEXPECTED, GateStats,
+                                  GateStep, SkipRecord, TransferRecord)
 
 # Ticket.state values: records.STATES (PASS, LISTED, LATE, UNEXPECTED, DUPLICATE).
 
@@ -58,6 +70,20 @@ DEFAULT_WINDOW_BYTES = 1 << 20  # also tictac_hooks.flags.DEFAULTS["window_bytes
 # presumed absent (after ``presume_absent_after`` steps), so it must stay small next to a
 # step time: 2 s, never forever.
 DEFAULT_SKIP_AFTER_S = 2.0
+
+# The bounds of a step's life, the same in gate.h. A channel with nothing held or in
+# flight is finished once quiet for DEFAULT_FINISH_AFTER_S: a worker's requests for one
+# step come together at its start, so a second of quiet means the step is over at this
+# PS, and its record is readable a second later. DEFAULT_STALE_AFTER_S finishes one
+# whatever it holds (a response the PS never produced). The history and the live-step
+# bound are sized with the workers (`tictac ps --workers`, default DEFAULT_WORKERS):
+# RECORDS_PER_WORKER records per worker between two reads, LIVE_STEPS_PER_WORKER live
+# steps per worker before the oldest is evicted.
+DEFAULT_FINISH_AFTER_S = 1.0
+DEFAULT_STALE_AFTER_S = 60.0
+DEFAULT_WORKERS = 64
+RECORDS_PER_WORKER = 64
+LIVE_STEPS_PER_WORKER = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +152,7 @@ class Ticket:
 
     __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
                  "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel",
-                 "charge", "rseq", "tensor", "dead")
+                 "charge", "rseq", "tensor", "dead", "early")
 
     def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
         self.step_id = step_id
@@ -146,6 +172,7 @@ class Ticket:
         self.rseq = -1   # release order among listed transfers (gate-wide sequence)
         self.tensor = ""  # the key's full tensor name, where it is not ``name``
         self.dead = False  # a dead tensor (a loop's exit iteration)
+        self.early = ""    # why it went out of its order (records.EARLY_REASONS)
 
     def __lt__(self, other: "Ticket") -> bool:
         return (self.priority, self.seq) < (other.priority, other.seq)
@@ -156,11 +183,15 @@ class _Channel:
 
     __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
                  "arrived", "handed", "skipped", "timer", "t_first", "finished",
-                 "released", "rcursor", "inflight", "tensors", "frame", "iteration")
+                 "released", "rcursor", "inflight", "tensors", "frame", "iteration",
+                 "key", "t_last", "live")
 
     def __init__(self, step_id: int, dest: str, installed: _Installed | None,
-                 frame: int = 0, iteration: int = 0) -> None:
+                 frame: int = 0, iteration: int = 0, key: Any = None) -> None:
         self.step_id = step_id
+        self.key = key                     # the gate's key of its step
+        self.t_last = 0.0                  # its last arrival or hand-back (gate clock)
+        self.live: set[Ticket] = set()     # arrived, not yet handed back or abandoned
         self.dest = dest
         self.frame = frame
         self.iteration = iteration
@@ -195,6 +226,13 @@ class _Channel:
             self.cursor += 1
         return names[self.cursor] if self.cursor < len(names) else None
 
+    def complete(self) -> bool:
+        """Every expected transfer handed back or skipped, nothing held, in flight or
+        let go out of its order (GateStep.complete; gate.cc's Channel::Complete)."""
+        if self.waiters or self.live or any(t.early for t in self.handed):
+            return False
+        return self.installed is None or len(self.done) >= self.installed.size
+
     def record(self, seq: int = 0, worker_seq: int = 0) -> GateStep:
         handed = self.handed
         # a name handed back twice (a tensor over two edges, recorded under its node):
@@ -205,13 +243,13 @@ class _Channel:
             step_id=self.step_id, worker=self.dest,
             schedule_version=self.installed.version if self.installed else None,
             algorithm=self.installed.algorithm if self.installed else None,
-            complete=self.finished, order=tuple(t.name for t in handed),
+            complete=self.complete(), order=tuple(t.name for t in handed),
             # This gate holds the request: the response is ready when its first
             # HEADERS frame comes back, which is also when it is handed back.
             transfers=tuple(TransferRecord(t.name, t.state, t.priority, t.nbytes,
                                            t.t_arrive, t.t_release, t.rseq, t.t_handback,
                                            t.error, t.tensor if named[t.name] > 1 else "",
-                                           t.dead, ready=t.t_handback)
+                                           t.dead, ready=t.t_handback, early=t.early)
                             for t in handed),
             bytes=sum(t.nbytes for t in handed),
             start=min((t.t_arrive for t in handed), default=self.t_first),
@@ -236,9 +274,18 @@ class Gate:
         ``DEFAULT_WINDOW_BYTES``, 0 for strictly one transfer at a time).
       presume_absent_after: after this many consecutive steps in which a transfer was
         skipped for not coming, skip it at once (default 2; 0 turns this off).
-      max_active_steps: steps tracked at once; older ones are finished (default 64).
-      history: finished (step, worker) records kept for stats (default 256); they are
-        numbered as they finish, so a reader learns what it missed (:meth:`read`).
+      workers: the workers the bounds are sized for (default ``DEFAULT_WORKERS``, 64):
+        ``max_active_steps`` and ``history`` where they are not given.
+      max_active_steps: live steps at once, a memory bound; past it the oldest is
+        finished and what it holds goes, marked evicted (default
+        ``LIVE_STEPS_PER_WORKER`` x workers).
+      history: finished (step, worker) records kept for stats (default
+        ``RECORDS_PER_WORKER`` x workers); they are numbered as they finish, so a
+        reader learns what it missed (:meth:`read`).
+      finish_after_s: a channel with nothing held or in flight finishes once quiet this
+        long (default ``DEFAULT_FINISH_AFTER_S``, 1.0 s).
+      stale_after_s: a channel finishes once quiet this long, whatever it holds
+        (default ``DEFAULT_STALE_AFTER_S``, 60 s).
       max_served_names: distinct transfer names remembered (default 100000).
       clock: wall clock for the records (default time.time).
     """
@@ -246,13 +293,23 @@ class Gate:
     def __init__(self, skip_after_s: float = DEFAULT_SKIP_AFTER_S,
                  window_bytes: int = DEFAULT_WINDOW_BYTES,
                  presume_absent_after: int = 2,
-                 max_active_steps: int = 64, history: int = 256,
+                 max_active_steps: int | None = None, history: int | None = None,
                  max_served_names: int = 100_000,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 workers: int = DEFAULT_WORKERS,
+                 finish_after_s: float = DEFAULT_FINISH_AFTER_S,
+                 stale_after_s: float = DEFAULT_STALE_AFTER_S) -> None:
         self.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
         self.window_bytes = check_window(window_bytes)
         self.presume_absent_after = presume_absent_after
-        self.max_active_steps = max_active_steps
+        workers = checks.whole_number("workers", workers, 1)
+        self.max_active_steps = (LIVE_STEPS_PER_WORKER * workers if max_active_steps is None
+                                 else checks.whole_number("max_active_steps",
+                                                          max_active_steps, 1))
+        history = (RECORDS_PER_WORKER * workers if history is None
+                   else checks.whole_number("history", history, 1))
+        self.finish_after_s = checks.seconds("finish_after_s", finish_after_s)
+        self.stale_after_s = checks.seconds("stale_after_s", stale_after_s)
         self.max_served_names = max_served_names
         self.clock = clock
         self._installed: _Installed | None = None
@@ -267,9 +324,14 @@ class Gate:
         self._served_by_dest: dict[str, set[str]] = collections.defaultdict(set)
         self._views: dict[tuple[int, str], _Installed] = {}
         self._served_at_install: dict[str, set[str]] = {}
-        self._absent_streak: dict[str, int] = {}
+        self._absent_streak: dict[tuple[str, str], int] = {}  # (destination, name)
         self._sizes: dict[str, int] = {}   # response bytes per transfer name, last seen
         self.totals = collections.Counter()
+        # Finished (step, destination) channels, for a request that comes after its
+        # channel finished: key -> when, oldest first.
+        self._finished: collections.OrderedDict[tuple, float] = collections.OrderedDict()
+        self._last_sweep = 0.0
+        self._sweep_timer: asyncio.TimerHandle | None = None
 
     # -- schedules -------------------------------------------------------------------
 
@@ -321,7 +383,16 @@ class Gate:
         lists a full name orders that copy by it (``extract_partition_graphs`` names
         such copies that way)."""
         now = self.clock()
+        dest = worker_of(dest)  # one worker is one task, whatever its device
+        self._sweep(now)
+        step = step_id if not (frame or iteration) else (step_id, frame, iteration)
+        if (step, dest) in self._finished:
+            # Its channel finished already: straight through, counted, never a new
+            # counter at 0 that would wait on every name the step already had.
+            self.totals["after_finish"] += 1
+            return Ticket(step_id, dest, name, now)
         channel = self._channel(step_id, dest, now, frame, iteration)
+        channel.t_last = now
         room = len(self._served) < self.max_served_names
         if tensor and tensor != name:
             first = channel.tensors.setdefault(name, tensor)
@@ -337,6 +408,7 @@ class Gate:
             self._served.add(name)
             self._served_by_dest[dest].add(name)
         ticket.channel = channel
+        channel.live.add(ticket)
         installed = channel.installed
         priority = installed.priority.get(name) if installed else None
         if priority is not None:
@@ -356,7 +428,7 @@ class Gate:
         """The request is complete. Returns None if it may be forwarded to the PS now,
         else a future that is done when it may (its turn, or a skip)."""
         channel = ticket.channel
-        if ticket.state != LISTED:
+        if ticket.state != LISTED or channel is None:
             ticket.t_release = self.clock()
             return None
         if ticket.priority <= channel.counter:
@@ -383,6 +455,10 @@ class Gate:
         ticket.t_handback = self.clock()
         ticket.error = error
         channel = ticket.channel
+        if channel is None:
+            return  # its channel finished before it (after_finish, or ``early`` says why)
+        channel.live.discard(ticket)
+        channel.t_last = ticket.t_handback
         if ticket.state == LISTED and ticket.name in channel.done:
             ticket.state = LATE  # skipped while it was on its way
         channel.inflight -= ticket.charge
@@ -395,6 +471,7 @@ class Gate:
         channel = ticket.channel
         if channel is None:
             return
+        channel.live.discard(ticket)
         if ticket in channel.waiters:
             channel.waiters.remove(ticket)
             heapq.heapify(channel.waiters)
@@ -415,11 +492,14 @@ class Gate:
         """:meth:`records` as :class:`GateStep` objects; finished ones only after record
         number ``since``. Active records have seq 0 and the worker_seq they will finish
         with (steps finish oldest first)."""
+        self._sweep(self.clock(), force=True)  # every quiet channel's record is readable
         out = [r for r in self._history if r.seq > since]
         if include_active:
             following = dict(self._dest_records)
             for chans in self._steps.values():
                 for ch in chans.values():
+                    if ch.finished:
+                        continue  # its record is in the history already
                     following[ch.dest] = following.get(ch.dest, 0) + 1
                     out.append(ch.record(0, following[ch.dest]))
         return out
@@ -459,7 +539,9 @@ class Gate:
                 "algorithm": self._installed.algorithm if self._installed else None,
                 "expected": self._installed.size if self._installed else 0,
                 "window_bytes": self.window_bytes,
+                "finish_after_s": self.finish_after_s,
                 "active_steps": len(self._steps), "history": len(self._history),
+                "history_limit": self._history.maxlen,
                 "served_names": len(self._served), "totals": dict(self.totals)}
 
     def served_names(self) -> list[str]:
@@ -476,17 +558,64 @@ class Gate:
             # A step binds to the schedule current at its first transfer (atomic install).
             chans = self._steps[step] = {}
             self._step_binding[step] = self._installed
+            self._arm_sweep()
+            # The memory bound only (sized with the workers): a healthy cluster never
+            # has this many steps live; what the oldest holds goes now, marked evicted.
             while len(self._steps) > self.max_active_steps:
                 old_step, old = self._steps.popitem(last=False)
                 self._step_binding.pop(old_step, None)
                 for ch in old.values():
-                    self._finish(ch)
+                    if not ch.finished:
+                        self._finish(ch, EVICTED)
+                self.totals["evicted_steps"] += 1
         channel = chans.get(dest)
         if channel is None:
             channel = chans[dest] = _Channel(step_id, dest, self._view(step, dest),
-                                             frame, iteration)
-            channel.t_first = now
+                                             frame, iteration, key=step)
+            channel.t_first = channel.t_last = now
         return channel
+
+    def _sweep(self, now: float, force: bool = False) -> None:
+        """Finishes every channel that is quiet: nothing held or in flight for
+        ``finish_after_s``, or anything for ``stale_after_s`` (at most every quarter
+        of ``finish_after_s`` unless ``force``)."""
+        if not force and now - self._last_sweep < self.finish_after_s / 4:
+            return
+        self._last_sweep = now
+        for step in list(self._steps):
+            chans = self._steps[step]
+            for ch in chans.values():
+                if ch.finished:
+                    continue
+                quiet = now - ch.t_last
+                if not ch.live and quiet >= self.finish_after_s:
+                    self._finish(ch)
+                elif quiet >= self.stale_after_s:
+                    self._finish(ch, STALE)
+            if all(ch.finished for ch in chans.values()):
+                del self._steps[step]
+                self._step_binding.pop(step, None)
+        keep = max(self.stale_after_s, 10 * self.finish_after_s)
+        while self._finished and (len(self._finished) > 4 * self.max_active_steps
+                                  or now - next(iter(self._finished.values())) > keep):
+            self._finished.popitem(last=False)
+
+    def _arm_sweep(self) -> None:
+        """Sweeps on the event loop while steps live, so that quiet channels finish
+        (and free their memory) without waiting for the next arrival or read."""
+        if self._sweep_timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # driven without a loop: arrivals and reads sweep
+        self._sweep_timer = loop.call_later(self.finish_after_s / 4, self._sweep_tick)
+
+    def _sweep_tick(self) -> None:
+        self._sweep_timer = None
+        self._sweep(self.clock(), force=True)
+        if self._steps:
+            self._arm_sweep()
 
     def _view(self, step: Any, dest: str) -> _Installed | None:
         """The schedule a step bound to, as ``dest`` enforces it (cached per version)."""
@@ -496,7 +625,7 @@ class Gate:
         key = (installed.version, dest)
         view = self._views.get(key)
         if view is None:
-            if len(self._views) > 4 * self.max_active_steps:
+            if len(self._views) > 4096:  # (version, destination) pairs
                 self._views.clear()
             view = self._views[key] = installed.for_destination(
                 self._served_at_install.get(dest, set()))
@@ -523,7 +652,7 @@ class Gate:
         if ticket.state == LISTED and ticket.name not in channel.done:
             channel.done.add(ticket.name)
             channel.counter += 1
-            self._absent_streak.pop(ticket.name, None)
+            self._absent_streak.pop((channel.dest, ticket.name), None)
         channel.handed.append(ticket)
         self.totals[ticket.state] += 1
 
@@ -533,7 +662,8 @@ class Gate:
         channel.skipped.append((name, reason, self.clock()))
         self.totals["skipped"] += 1
         if name not in channel.arrived and reason != CANCELLED:
-            self._absent_streak[name] = self._absent_streak.get(name, 0) + 1
+            streak = (channel.dest, name)
+            self._absent_streak[streak] = self._absent_streak.get(streak, 0) + 1
 
     def _pump(self, channel: _Channel) -> None:
         """Hands back every waiter whose turn has come; skips presumed-absent blockers."""
@@ -549,7 +679,8 @@ class Gate:
                 break
             blocker = channel.next_missing()
             if (blocker is None or blocker in channel.arrived
-                    or self._absent_streak.get(blocker, 0) < self.presume_absent_after):
+                    or self._absent_streak.get((channel.dest, blocker), 0)
+                    < self.presume_absent_after):
                 break
             self._skip(channel, blocker, ABSENT)
         if channel.waiters:
@@ -558,8 +689,6 @@ class Gate:
         elif channel.timer is not None:
             channel.timer.cancel()
             channel.timer = None
-        if channel.installed is not None and len(channel.done) >= channel.installed.size:
-            channel.finished = True
 
     def _arm(self, channel: _Channel) -> None:
         if channel.timer is not None:
@@ -579,21 +708,32 @@ class Gate:
         if channel.waiters and channel.timer is None:
             self._arm(channel)
 
-    def _finish(self, channel: _Channel) -> None:
-        """Frees a channel: hands back anything still waiting, keeps its record."""
+    def _finish(self, channel: _Channel, early: str = "") -> None:
+        """Finishes a channel and keeps its record. What it still holds goes now, in
+        priority order, and what is in flight goes unordered; each is marked ``early``
+        (a reason of records.EARLY_REASONS; "" only when nothing is held)."""
         if channel.timer is not None:
             channel.timer.cancel()
             channel.timer = None
+        why = early or STALE
         while channel.waiters:
             ticket = heapq.heappop(channel.waiters)
             ticket.t_release = self.clock()
+            ticket.early = why
             if not ticket.future.done():
                 ticket.future.set_result(None)
+        for ticket in sorted(channel.live, key=lambda t: (t.priority, t.seq)):
+            ticket.early = why
+            ticket.channel = None
+            channel.handed.append(ticket)
+            self.totals[f"early_{why}"] += 1
+        channel.live.clear()
+        channel.finished = True
         self._last_seq += 1
         worker_seq = self._dest_records[channel.dest] = \
             self._dest_records.get(channel.dest, 0) + 1
         self._history.append(channel.record(self._last_seq, worker_seq))
-        channel.finished = True
+        self._finished[(channel.key, channel.dest)] = self.clock()
 
 
 def _reordered(handed: list[Ticket]) -> int:

@@ -33,6 +33,13 @@ ABSENT = "absent"        # skipped for not coming in several steps running: at o
 CANCELLED = "cancelled"  # its call ended without a response
 SKIP_REASONS = (SLOW, TIMEOUT, ABSENT, CANCELLED)
 
+# Why a gate let a transfer go out of its order (TransferRecord.early): its channel was
+# finished while it was held or in flight. A healthy cluster has none.
+STALE = "stale"        # its channel was quiet for the stale bound with it unserved
+EVICTED = "evicted"    # more steps were live than the gate's memory bound
+SHUTDOWN = "shutdown"  # the gate closed
+EARLY_REASONS = (STALE, EVICTED, SHUTDOWN)
+
 
 @dataclasses.dataclass(frozen=True)
 class TransferRecord:
@@ -64,6 +71,8 @@ class TransferRecord:
     # The PS had produced the response (native: RecvTensor's callback; proxy: its first
     # HEADERS frame came back, which is also its hand-back). 0: unknown (older records).
     ready: float = 0.0
+    # Why the gate let it go out of its order (EARLY_REASONS; "": it did not).
+    early: str = ""
 
     @property
     def held_s(self) -> float:
@@ -96,6 +105,8 @@ class TransferRecord:
             out["tensor"] = self.tensor
         if self.dead:
             out["dead"] = True
+        if self.early:
+            out["early"] = self.early
         return out
 
     @classmethod
@@ -104,7 +115,8 @@ class TransferRecord:
         return cls(f("name"), f("state"), int(f("priority")), int(f("bytes")),
                    float(f("arrive")), float(f("release")), int(f("release_seq")),
                    float(f("handback")), str(d.get("error", "")), str(d.get("tensor", "")),
-                   bool(d.get("dead", False)), float(d.get("ready", 0.0)))
+                   bool(d.get("dead", False)), float(d.get("ready", 0.0)),
+                   str(d.get("early", "")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,7 +149,8 @@ class GateStep:
     worker: str                    # destination device
     schedule_version: int | None   # the order the step was bound to (None: none)
     algorithm: str | None
-    complete: bool                 # every listed transfer handed back or skipped
+    complete: bool                 # finished with nothing let go early, every listed
+                                   # transfer handed back or skipped
     order: tuple[str, ...]         # names in hand-back order
     transfers: tuple[TransferRecord, ...]
     bytes: int
@@ -233,6 +246,10 @@ class GateStats:
     align: bool | None = None
     conserve_after_s: float | None = None
     skip_after_s: float | None = None
+    # The bounds of a step's life (enforce/gate.py, gate.h): the records held at most,
+    # and how long a channel is quiet before it finishes (None: an older gate).
+    history_limit: int | None = None
+    finish_after_s: float | None = None
     since: int | None = None       # the read's cursor (None: every record held)
     last_seq: int = 0              # the newest finished record's number (next since)
     dropped: int = 0               # records after ``since`` the history bound let go
@@ -246,7 +263,8 @@ class GateStats:
             "expected": self.expected, "window_bytes": self.window_bytes,
             "active_steps": self.active_steps, "history": self.history,
             "served_names": self.served_names, "totals": dict(self.totals)}
-        for key in ("pace_rate", "align", "conserve_after_s", "skip_after_s", "since"):
+        for key in ("pace_rate", "align", "conserve_after_s", "skip_after_s",
+                    "history_limit", "finish_after_s", "since"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.since is not None:
@@ -280,7 +298,9 @@ class GateStats:
                    steps=tuple(GateStep.from_json(s, ps=ps) for s in steps),
                    pace_rate=opt("pace_rate", float), align=opt("align", bool),
                    conserve_after_s=opt("conserve_after_s", float),
-                   skip_after_s=opt("skip_after_s", float), since=opt("since", int),
+                   skip_after_s=opt("skip_after_s", float),
+                   history_limit=opt("history_limit", int),
+                   finish_after_s=opt("finish_after_s", float), since=opt("since", int),
                    last_seq=int(d.get("last_seq", 0)), dropped=int(d.get("dropped", 0)),
                    device=str(d.get("device") or ""), upstream=str(d.get("upstream") or ""))
 

@@ -129,7 +129,8 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
     int presume = -1;
     int64_t pace_window = -1;
     int align = -1;
-    double conserve = -2;
+    double conserve = -2, finish = -1, stale = -1;
+    int workers = 0;
     for (const auto& [k, v] : head) {
       if (k == "algorithm") {
         algorithm = v;
@@ -172,6 +173,19 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
                    "on) or 'off', got '" + v + "'";
           return false;
         }
+      } else if (k == "workers" && verb == "configure") {  // sizes the gate's bounds
+        double d;
+        if (!ParseDouble(v, &d) || d < 1 || d != std::floor(d) || d > (1 << 20)) {
+          *reply = "workers must be a whole number in [1, 1048576], got '" + v + "'";
+          return false;
+        }
+        workers = static_cast<int>(d);
+      } else if ((k == "finish_after_s" || k == "stale_after_s") && verb == "configure") {
+        double& bound = k == "finish_after_s" ? finish : stale;
+        if (!ParseDouble(v, &bound) || bound <= 0) {
+          *reply = k + " must be a number of seconds > 0, got '" + v + "'";
+          return false;
+        }
       } else {
         *reply = "unknown control setting '" + k + "'";
         return false;
@@ -180,6 +194,8 @@ bool Control(Gate* gate, const std::string& verb, const std::string& arg,
     if ((skip > 0 || presume >= 0 || pace_rate >= 0 || pace_window >= 0 || align >= 0 ||
          conserve > -1.5) &&
         !gate->Configure(skip, presume, reply, pace_rate, pace_window, align, conserve))
+      return false;
+    if ((workers > 0 || finish > 0 || stale > 0) && !gate->Size(workers, finish, stale, reply))
       return false;
     if (verb == "configure") {
       *reply = gate->SummaryJson();

@@ -30,6 +30,11 @@ std::string SendingNodeName(const std::string& tensor) {
   return tensor.substr(i + 1);
 }
 
+std::string WorkerOf(const std::string& device) {
+  const size_t at = device.find("/device:");
+  return at == std::string::npos ? device : device.substr(0, at);
+}
+
 Key ParseRendezvousKey(const std::string& key) {
   std::vector<std::string> parts;
   size_t start = 0;
@@ -162,6 +167,7 @@ struct Installed {
 // The counter and records of one (step_id, destination device, loop iteration).
 struct Channel {
   int64_t step_id = 0;  // the gate's key of the step: step_id, or one per iteration
+  int64_t step_seq = 0;  // the step's arrival number at this gate
   int64_t record_step_id = 0;  // the request's step_id
   uint64_t frame = 0;
   int64_t iter = 0;
@@ -182,7 +188,18 @@ struct Channel {
   std::unordered_map<std::string, std::string> tensors;  // node -> first tensor name
   double deadline = 0;  // steady clock; 0: no timer
   double t_first = 0;
+  double t_last = 0;    // steady clock: its last arrival, response or hand-back
+  int inflight = 0;     // arrived, response not produced yet
   bool finished = false;
+
+  // Every expected transfer handed back or skipped, nothing held, in flight or let go
+  // out of its order (records/gate.py GateStep.complete).
+  bool Complete() const {
+    if (!waiters.empty() || inflight > 0) return false;
+    for (const auto& t : handed)
+      if (*t->early) return false;
+    return !installed || done.size() >= installed->size();
+  }
 
   const std::string* NextMissing() {
     if (!installed) return nullptr;
@@ -215,7 +232,7 @@ struct Channel {
     o
       << ",\"schedule_version\":" << (installed ? std::to_string(installed->version) : "null")
       << ",\"algorithm\":" << (installed ? JsonStr(installed->algorithm) : "null")
-      << ",\"complete\":" << (finished ? "true" : "false") << ",\"order\":[";
+      << ",\"complete\":" << (Complete() ? "true" : "false") << ",\"order\":[";
     for (size_t i = 0; i < handed.size(); ++i) o << (i ? "," : "") << JsonStr(handed[i]->name);
     // A name handed back twice (a tensor sent over two edges, recorded under its node)
     // says which edge each copy was: its full tensor name, so that the bytes the PS
@@ -233,6 +250,7 @@ struct Channel {
         << ",\"handback\":" << JsonNum(t.t_handback) << ",\"ready\":" << JsonNum(t.t_ready);
       if (!t.error.empty()) o << ",\"error\":" << JsonStr(t.error);
       if (t.dead) o << ",\"dead\":true";
+      if (*t.early) o << ",\"early\":\"" << t.early << "\"";
       if (!t.tensor.empty() && times_named[t.name] > 1) o << ",\"tensor\":" << JsonStr(t.tensor);
       o << "}";
     }
@@ -266,7 +284,8 @@ Gate::~Gate() {
     std::lock_guard<std::mutex> l(mu_);
     stopping_ = true;
     for (auto& [step, chans] : steps_)
-      for (auto& [dest, ch] : chans) Finish(ch.get(), &runs);
+      for (auto& [dest, ch] : chans)
+        if (!ch->finished) Finish(ch.get(), &runs, "shutdown");
   }
   cv_.notify_all();
   timer_.join();
@@ -356,6 +375,28 @@ bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string*
   return true;
 }
 
+bool Gate::Size(int workers, double finish_after_s, double stale_after_s,
+                std::string* error) {
+  if (workers < 0 || workers > (1 << 20)) {
+    *error = "workers must be a whole number in [1, 1048576], got " + std::to_string(workers);
+    return false;
+  }
+  if ((finish_after_s > 0 && !std::isfinite(finish_after_s)) ||
+      (stale_after_s > 0 && !std::isfinite(stale_after_s))) {
+    *error = "finish_after_s and stale_after_s must be finite numbers of seconds > 0";
+    return false;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  if (workers > 0) {
+    opt_.history = kRecordsPerWorker * workers;
+    opt_.max_active_steps = kLiveStepsPerWorker * workers;
+  }
+  if (finish_after_s > 0) opt_.finish_after_s = finish_after_s;
+  if (stale_after_s > 0) opt_.stale_after_s = stale_after_s;
+  while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();
+  return true;
+}
+
 // -- pacing ----------------------------------------------------------------------------
 
 double Gate::Backlog(double steady_now) {
@@ -385,16 +426,13 @@ bool Gate::Conserve(Runs* runs) {
   if (opt_.conserve_after_s < 0) return false;
   Channel* pick = nullptr;
   int64_t pick_seq = 0;
-  for (auto& [step, chans] : steps_) {
-    const int64_t seq = step_seq_[step];
-    for (auto& [dest, ch] : chans) {
-      if (ch->waiters.empty()) continue;
-      if (pick == nullptr || seq < pick_seq ||
-          (seq == pick_seq && ch->waiters.front()->priority - ch->counter <
-                                  pick->waiters.front()->priority - pick->counter)) {
-        pick = ch.get();
-        pick_seq = seq;
-      }
+  for (const auto& [at, ch] : waiting_) {  // oldest step first
+    const int64_t seq = at.first;
+    if (pick != nullptr && seq > pick_seq) break;
+    if (pick == nullptr || ch->waiters.front()->priority - ch->counter <
+                               pick->waiters.front()->priority - pick->counter) {
+      pick = ch;
+      pick_seq = seq;
     }
   }
   if (pick == nullptr) return false;
@@ -411,17 +449,17 @@ bool Gate::Conserve(Runs* runs) {
 
 void Gate::ServePaced(Runs* runs) {
   while (!Paced()) {
+    // The oldest step whose turn came; within it, aligned: the destination furthest
+    // behind, else the first by name (waiting_ is ordered by (step seq, destination)).
     Channel* best = nullptr;
     int64_t best_seq = 0;
-    for (auto& [step, chans] : steps_) {
-      const int64_t seq = step_seq_[step];
-      for (auto& [dest, ch] : chans) {
-        if (ch->waiters.empty() || ch->waiters.front()->priority > ch->counter) continue;
-        if (best == nullptr || seq < best_seq ||
-            (seq == best_seq && opt_.align && ch->counter < best->counter)) {
-          best = ch.get();
-          best_seq = seq;
-        }
+    for (const auto& [at, ch] : waiting_) {
+      const int64_t seq = at.first;
+      if (best != nullptr && seq > best_seq) break;
+      if (ch->waiters.front()->priority > ch->counter) continue;
+      if (best == nullptr || (opt_.align && ch->counter < best->counter)) {
+        best = ch;
+        best_seq = seq;
       }
     }
     if (best == nullptr) {
@@ -436,6 +474,7 @@ void Gate::HandBackFront(Channel* ch, Runs* runs) {
   std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
   TicketPtr t = ch->waiters.back();
   ch->waiters.pop_back();
+  Waiting(ch);
   if (t->state == State::kListed && ch->done.count(t->name)) t->state = State::kLate;
   HandBackNow(ch, t, runs);
 }
@@ -443,73 +482,96 @@ void Gate::HandBackFront(Channel* ch, Runs* runs) {
 void Gate::OnPace(Runs* runs) {
   pace_deadline_ = 0;
   if (Pacing()) ServePaced(runs);
-  for (auto& [step, chans] : steps_)
-    for (auto& [dest, ch] : chans)
-      if (!ch->waiters.empty()) Pump(ch.get(), runs);
+  std::vector<Channel*> waiting;
+  for (const auto& [at, ch] : waiting_) waiting.push_back(ch);
+  for (Channel* ch : waiting)
+    if (!ch->waiters.empty()) Pump(ch, runs);
+}
+
+void Gate::Waiting(Channel* ch) {
+  const auto at = std::make_pair(ch->step_seq, ch->dest);
+  if (ch->waiters.empty()) waiting_.erase(at);
+  else waiting_.emplace(at, ch);
 }
 
 // -- the transfer path --------------------------------------------------------------
 
 TicketPtr Gate::Arrive(int64_t step_id, const std::string& rendezvous_key) {
   Key key = ParseRendezvousKey(rendezvous_key);
+  key.dest = WorkerOf(key.dest);  // one worker is one task, whatever its device
   Runs runs;
   auto t = std::make_shared<Ticket>();
+  t->step_id = step_id;
+  t->dest = key.dest;
+  t->name = key.name;
   {
     std::lock_guard<std::mutex> l(mu_);
     const double now = Now();
+    const double steady = SteadyNow();
+    Sweep(steady, false, &runs);
+    t->t_arrive = now;
     // Each iteration of a loop is a training step of its own: the gate keys it apart
     // from the other iterations of the step id (one order per iteration).
     const int64_t step_key = (key.frame == 0 && key.iter == 0) ? step_id
                                                                : IterationKey(step_id, key);
-    Channel* ch = GetChannel(step_key, key.dest, now, &runs);
-    ch->record_step_id = step_id;
-    ch->frame = key.frame;
-    ch->iter = key.iter;
-    const bool room = served_.size() < opt_.max_served_names;
-    std::string name = key.name;
-    auto& by_dest = served_by_dest_[key.dest];
-    if (!key.tensor.empty() && key.tensor != key.name) {
-      // A tensor sent over two edges in one step arrives twice under one node name:
-      // both full names count as served, and a schedule listing a full name orders
-      // that copy by it.
-      auto it = ch->tensors.emplace(key.name, key.tensor).first;
-      if (it->second != key.tensor && room) {
-        served_.insert(it->second);
-        served_.insert(key.tensor);
-        by_dest.insert(it->second);
-        by_dest.insert(key.tensor);
-      }
-      if (ch->installed && ch->installed->priority.count(key.tensor)) name = key.tensor;
-    }
-    if (room) {
-      served_.insert(name);
-      by_dest.insert(name);
-    }
-    t->step_id = step_id;
-    t->dest = key.dest;
-    t->name = name;
-    if (key.tensor != name) t->tensor = key.tensor;
-    t->t_arrive = now;
-    t->channel = ch;
-    ch->all.push_back(t);
-    const auto& in = ch->installed;
-    auto p = in ? in->priority.find(name) : decltype(in->priority.end()){};
-    if (in && p != in->priority.end()) {
-      if (ch->arrived.count(name)) {
-        t->state = State::kDuplicate;
-      } else if (ch->done.count(name)) {
-        t->state = State::kLate;
-      } else {
-        t->state = State::kListed;
-        t->priority = p->second;
-      }
-      ch->arrived.insert(name);
-    } else if (in && in->listed.count(name)) {
-      t->state = State::kUnexpected;
+    if (finished_.count(std::to_string(step_key) + "\n" + key.dest)) {
+      // Its channel finished already: straight through, counted, never a new counter
+      // at 0 that would wait on every name the step already had.
+      totals_["after_finish"] += 1;
+    } else {
+      ArriveOn(GetChannel(step_key, key.dest, now, &runs), step_id, key, steady, t);
     }
   }
   RunAll(&runs);
   return t;
+}
+
+void Gate::ArriveOn(Channel* ch, int64_t step_id, const Key& key, double steady,
+                    const TicketPtr& t) {
+  ch->record_step_id = step_id;
+  ch->frame = key.frame;
+  ch->iter = key.iter;
+  ch->t_last = steady;
+  ch->inflight += 1;
+  const bool room = served_.size() < opt_.max_served_names;
+  std::string name = key.name;
+  auto& by_dest = served_by_dest_[key.dest];
+  if (!key.tensor.empty() && key.tensor != key.name) {
+    // A tensor sent over two edges in one step arrives twice under one node name:
+    // both full names count as served, and a schedule listing a full name orders
+    // that copy by it.
+    auto it = ch->tensors.emplace(key.name, key.tensor).first;
+    if (it->second != key.tensor && room) {
+      served_.insert(it->second);
+      served_.insert(key.tensor);
+      by_dest.insert(it->second);
+      by_dest.insert(key.tensor);
+    }
+    if (ch->installed && ch->installed->priority.count(key.tensor)) name = key.tensor;
+  }
+  if (room) {
+    served_.insert(name);
+    by_dest.insert(name);
+  }
+  t->name = name;
+  if (key.tensor != name) t->tensor = key.tensor;
+  t->channel = ch;
+  ch->all.push_back(t);
+  const auto& in = ch->installed;
+  auto p = in ? in->priority.find(name) : decltype(in->priority.end()){};
+  if (in && p != in->priority.end()) {
+    if (ch->arrived.count(name)) {
+      t->state = State::kDuplicate;
+    } else if (ch->done.count(name)) {
+      t->state = State::kLate;
+    } else {
+      t->state = State::kListed;
+      t->priority = p->second;
+    }
+    ch->arrived.insert(name);
+  } else if (in && in->listed.count(name)) {
+    t->state = State::kUnexpected;
+  }
 }
 
 void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
@@ -523,9 +585,14 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
     t->t_ready = Now();
     Channel* ch = t->channel;
     if (ch == nullptr || stopping_) {
-      // Its step was already finished (evicted): nothing to order it against.
+      // Its channel finished before it (after_finish, or `early` says why): nothing to
+      // order it against, but its bytes still share the link.
+      t->t_handback = t->t_ready;
+      Account(nbytes);
       runs.push_back(std::move(hand_back));
     } else {
+      ch->inflight -= 1;
+      ch->t_last = SteadyNow();
       t->hand_back = std::move(hand_back);
       if (t->state == State::kListed && ch->done.count(t->name))
         t->state = State::kLate;  // skipped while its response was being produced
@@ -539,6 +606,7 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
         t->t_wait = SteadyNow();
         ch->waiters.push_back(t);
         std::push_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
+        Waiting(ch);
       }
       Pump(ch, &runs);
     }
@@ -560,7 +628,9 @@ std::string Gate::SummaryLocked() {
     << ",\"conserve_after_s\":"
     << (opt_.conserve_after_s < 0 ? std::string("null") : JsonNum(opt_.conserve_after_s))
     << ",\"skip_after_s\":" << JsonNum(opt_.skip_after_s)
+    << ",\"finish_after_s\":" << JsonNum(opt_.finish_after_s)
     << ",\"active_steps\":" << steps_.size() << ",\"history\":" << history_.size()
+    << ",\"history_limit\":" << opt_.history
     << ",\"served_names\":" << served_.size() << ",\"totals\":{";
   bool first = true;
   for (const auto& [k, v] : totals_) {
@@ -585,7 +655,15 @@ std::string Numbered(int64_t seq, int64_t worker_seq, const std::string& record)
 }  // namespace
 
 std::string Gate::StatsJson(bool include_active, int64_t since) {
+  Runs runs;
+  std::string s = StatsLocked(include_active, since, &runs);
+  RunAll(&runs);  // what a stale channel still held, let go by the sweep
+  return s;
+}
+
+std::string Gate::StatsLocked(bool include_active, int64_t since, Runs* runs) {
   std::lock_guard<std::mutex> l(mu_);
+  Sweep(SteadyNow(), true, runs);  // every quiet channel's record is readable now
   std::string s = SummaryLocked();
   s.pop_back();  // the closing brace: append the cursor and the records
   // Records after `since` that are no longer held: from since + 1 up to the oldest held.
@@ -608,6 +686,7 @@ std::string Gate::StatsJson(bool include_active, int64_t since) {
     std::unordered_map<std::string, int64_t> next;
     for (int64_t step : step_order_)
       for (const auto& [dest, ch] : steps_[step]) {
+        if (ch->finished) continue;  // its record is in the history already
         auto n = next.emplace(dest, dest_records_.count(dest) ? dest_records_[dest] : 0).first;
         s += (first ? "" : ",") + Numbered(0, ++n->second, ch->Record());
         first = false;
@@ -635,14 +714,17 @@ Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
     sit = steps_.emplace(step_id, std::map<std::string, std::unique_ptr<Channel>>()).first;
     binding_[step_id] = installed_;
     step_seq_[step_id] = next_step_seq_++;
+    if (step_order_.empty()) cv_.notify_all();  // the timer sweeps while steps live
     step_order_.push_back(step_id);
+    // The memory bound only (sized with the workers, Size): a healthy cluster never
+    // has this many steps live; what the oldest still holds goes now, marked evicted.
     while (static_cast<int>(step_order_.size()) > opt_.max_active_steps) {
       int64_t old = step_order_.front();
       step_order_.pop_front();
-      for (auto& [d, ch] : steps_[old]) Finish(ch.get(), runs);
-      steps_.erase(old);
-      binding_.erase(old);
-      step_seq_.erase(old);
+      for (auto& [d, ch] : steps_[old])
+        if (!ch->finished) Finish(ch.get(), runs, "evicted");
+      totals_["evicted_steps"] += 1;
+      Retire(old);
     }
     sit = steps_.find(step_id);
   }
@@ -651,12 +733,50 @@ Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
   if (cit == chans.end()) {
     auto ch = std::make_unique<Channel>();
     ch->step_id = step_id;
+    ch->step_seq = step_seq_[step_id];
     ch->dest = dest;
     ch->installed = View(step_id, dest);
     ch->t_first = now;
+    ch->t_last = SteadyNow();
     cit = chans.emplace(dest, std::move(ch)).first;
   }
   return cit->second.get();
+}
+
+void Gate::Retire(int64_t step_id) {
+  steps_.erase(step_id);
+  binding_.erase(step_id);
+  step_seq_.erase(step_id);
+}
+
+void Gate::Sweep(double steady_now, bool force, Runs* runs) {
+  if (!force && steady_now - last_sweep_ < opt_.finish_after_s / 4) return;
+  last_sweep_ = steady_now;
+  std::deque<int64_t> live;
+  for (int64_t step : step_order_) {
+    bool all_finished = true;
+    for (auto& [dest, ch] : steps_[step]) {
+      if (ch->finished) continue;
+      const double quiet = steady_now - ch->t_last;
+      if (ch->waiters.empty() && ch->inflight == 0 && quiet >= opt_.finish_after_s)
+        Finish(ch.get(), runs, nullptr);
+      else if (quiet >= opt_.stale_after_s)
+        Finish(ch.get(), runs, "stale");
+      else
+        all_finished = false;
+    }
+    if (all_finished) Retire(step);
+    else live.push_back(step);
+  }
+  step_order_.swap(live);
+  // Finished channels are remembered for a late request while it can still come.
+  const double keep = std::max(opt_.stale_after_s, 10 * opt_.finish_after_s);
+  const size_t most = 4 * static_cast<size_t>(opt_.max_active_steps);
+  while (!finished_order_.empty() && (finished_order_.size() > most ||
+                                      steady_now - finished_order_.front().first > keep)) {
+    finished_.erase(finished_order_.front().second);
+    finished_order_.pop_front();
+  }
 }
 
 std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) {
@@ -665,7 +785,7 @@ std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) 
   auto key = std::make_pair(bound->version, dest);
   auto it = views_.find(key);
   if (it != views_.end()) return it->second;
-  if (views_.size() > 4 * static_cast<size_t>(opt_.max_active_steps)) views_.clear();
+  if (views_.size() > 4096) views_.clear();  // (version, destination) pairs
   auto sit = served_at_install_.find(dest);
   static const std::unordered_set<std::string> kNone;
   auto view = bound->ForDestination(bound, sit == served_at_install_.end() ? kNone : sit->second);
@@ -673,19 +793,24 @@ std::shared_ptr<Installed> Gate::View(int64_t step_id, const std::string& dest) 
   return view;
 }
 
-void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
-  t->t_handback = Now();
+void Gate::Account(int64_t nbytes) {
   if (opt_.pace_rate > 0) {
     const double now = SteadyNow();
-    backlog_bytes_ = Backlog(now) + t->nbytes;
+    backlog_bytes_ = Backlog(now) + nbytes;
     drain_at_ = now + backlog_bytes_ / opt_.pace_rate;
   }
+}
+
+void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
+  t->t_handback = Now();
+  ch->t_last = SteadyNow();
+  Account(t->nbytes);
   if (t->state == State::kListed) {
     t->rseq = next_seq_++;
     if (!ch->done.count(t->name)) {
       ch->done.insert(t->name);
       ch->counter += 1;
-      absent_streak_.erase(t->name);
+      absent_streak_.erase(ch->dest + "\n" + t->name);
     }
   }
   ch->handed.push_back(t);
@@ -699,7 +824,7 @@ void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
   ch->counter += 1;
   ch->skipped.push_back({name, reason, Now()});
   totals_["skipped"] += 1;
-  if (!ch->arrived.count(name)) absent_streak_[name] += 1;
+  if (!ch->arrived.count(name)) absent_streak_[ch->dest + "\n" + name] += 1;
 }
 
 void Gate::Pump(Channel* ch, Runs* runs) {
@@ -714,25 +839,30 @@ void Gate::Pump(Channel* ch, Runs* runs) {
     if (ch->waiters.empty() || !opt_.presume_absent_after) break;
     const std::string* blocker = ch->NextMissing();
     if (blocker == nullptr || ch->arrived.count(*blocker)) break;
-    auto it = absent_streak_.find(*blocker);
+    auto it = absent_streak_.find(ch->dest + "\n" + *blocker);
     if (it == absent_streak_.end() || it->second < opt_.presume_absent_after) break;
     Skip(ch, *blocker, "absent");
   }
   if (!ch->waiters.empty()) {
     if (ch->deadline == 0 || ch->counter != before) Arm(ch);
   } else {
-    ch->deadline = 0;
+    Disarm(ch);
   }
-  if (ch->installed && ch->done.size() >= ch->installed->size()) ch->finished = true;
 }
 
 void Gate::Arm(Channel* ch) {
   ch->deadline = SteadyNow() + opt_.skip_after_s;
+  armed_.insert(ch);
   cv_.notify_all();
 }
 
-void Gate::OnStall(Channel* ch, Runs* runs) {
+void Gate::Disarm(Channel* ch) {
   ch->deadline = 0;
+  armed_.erase(ch);
+}
+
+void Gate::OnStall(Channel* ch, Runs* runs) {
+  Disarm(ch);
   if (ch->waiters.empty()) return;
   if (ch->waiters.front()->priority <= ch->counter) {
     Arm(ch);  // its turn came: it waits for the link (pacing), not for a transfer
@@ -745,32 +875,52 @@ void Gate::OnStall(Channel* ch, Runs* runs) {
   if (!ch->waiters.empty() && ch->deadline == 0) Arm(ch);
 }
 
-void Gate::Finish(Channel* ch, Runs* runs) {
-  ch->deadline = 0;
-  // Hands back anything still waiting, in priority order, and keeps the record.
+void Gate::Finish(Channel* ch, Runs* runs, const char* early) {
+  Disarm(ch);
+  // What it still holds goes now, in priority order, each marked with why; what is
+  // still being produced goes when ready (Ready: no channel), marked the same.
+  const char* why = early ? early : "stale";
   std::sort(ch->waiters.begin(), ch->waiters.end(),
             [](const TicketPtr& a, const TicketPtr& b) { return HeapLess(b, a); });
   for (auto& t : ch->waiters) {
     t->t_handback = Now();
+    t->early = why;
+    Account(t->nbytes);
+    ch->handed.push_back(t);
+    totals_[std::string("early_") + why] += 1;
     runs->push_back(std::move(t->hand_back));
     t->hand_back = nullptr;
   }
   ch->waiters.clear();
-  for (auto& t : ch->all) t->channel = nullptr;
+  Waiting(ch);
+  for (auto& t : ch->all) {
+    if (t->t_ready == 0) {  // in flight: its record says it went unordered
+      t->early = why;
+      ch->handed.push_back(t);
+      totals_[std::string("early_") + why] += 1;
+    }
+    t->channel = nullptr;
+  }
   ch->all.clear();
+  ch->inflight = 0;  // what was in flight is in the record, marked early
   ch->finished = true;
   const int64_t seq = ++last_record_seq_;
   history_.emplace_back(seq, Numbered(seq, ++dest_records_[ch->dest], ch->Record()));
   while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();
+  std::string key = std::to_string(ch->step_id) + "\n" + ch->dest;
+  if (finished_.insert(key).second) finished_order_.emplace_back(SteadyNow(), std::move(key));
 }
 
 void Gate::TimerLoop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stopping_) {
     double next = pace_deadline_;
-    for (auto& [step, chans] : steps_)
-      for (auto& [dest, ch] : chans)
-        if (ch->deadline != 0 && (next == 0 || ch->deadline < next)) next = ch->deadline;
+    for (Channel* ch : armed_)
+      if (next == 0 || ch->deadline < next) next = ch->deadline;
+    if (!step_order_.empty()) {  // quiet channels finish without waiting for a read
+      const double sweep = last_sweep_ + opt_.finish_after_s / 4;
+      if (next == 0 || sweep < next) next = sweep;
+    }
     if (next == 0) {
       cv_.wait(l);
       continue;
@@ -782,9 +932,12 @@ void Gate::TimerLoop() {
     }
     Runs runs;
     if (pace_deadline_ != 0 && pace_deadline_ <= now) OnPace(&runs);
-    for (auto& [step, chans] : steps_)
-      for (auto& [dest, ch] : chans)
-        if (ch->deadline != 0 && ch->deadline <= now) OnStall(ch.get(), &runs);
+    std::vector<Channel*> due;
+    for (Channel* ch : armed_)
+      if (ch->deadline <= now) due.push_back(ch);
+    for (Channel* ch : due)
+      if (armed_.count(ch) && ch->deadline != 0 && ch->deadline <= now) OnStall(ch, &runs);
+    Sweep(now, false, &runs);
     l.unlock();
     RunAll(&runs);
     l.lock();

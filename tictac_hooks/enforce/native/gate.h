@@ -31,8 +31,19 @@
 // Never waits forever: when the counter stands still for skip_after_s while a later
 // transfer waits, the transfer it waits for is skipped ("slow" if its request came,
 // "timeout" if not); one skipped for not coming in presume_absent_after consecutive
-// steps is skipped at once from then on ("absent"). Unlisted transfers pass straight
-// through. The same semantics as the Python gate (enforce/gate.py) with window 0;
+// steps to the same destination is skipped at once from then on ("absent"). Unlisted
+// transfers pass straight through.
+// A step's life is measured in time, never in other steps: a (step, destination)
+// channel is finished once nothing of it is held or in flight and it has been quiet
+// for finish_after_s (its record is then numbered and readable), or, whatever it
+// holds, once it has been quiet for stale_after_s. Only then, at shutdown, or when
+// more than max_active_steps steps are live at once (a memory bound, sized with the
+// workers, that a healthy cluster never reaches) does the gate let a transfer go out
+// of its order; each such transfer's record says why ("early": stale, evicted,
+// shutdown) and the summary counts them. A request that comes after its channel
+// finished passes straight through ("after_finish" in the totals), never waiting on
+// a counter that starts again at 0. One worker is one task: the destination is the
+// key's task (/job:worker/replica:0/task:N), whatever device of it the read lands on. The same semantics as the Python gate (enforce/gate.py) with window 0;
 // tests/enforce/test_gate_conformance.py runs both on one set of scenarios.
 #ifndef TICTAC_ENFORCE_NATIVE_GATE_H_
 #define TICTAC_ENFORCE_NATIVE_GATE_H_
@@ -58,11 +69,19 @@ namespace tictac {
 enum class State { kPass, kListed, kLate, kUnexpected, kDuplicate };
 const char* StateName(State s);
 
+// What the gate's bounds hold at `workers` workers (WorkerBounds): history
+// kRecordsPerWorker records per worker, kLiveStepsPerWorker live steps per worker.
+constexpr int kDefaultWorkers = 64;       // DEFAULT_WORKERS (enforce/gate.py)
+constexpr int kRecordsPerWorker = 64;     // records kept per worker between two reads
+constexpr int kLiveStepsPerWorker = 256;  // live steps per worker before eviction
+
 struct Options {
   double skip_after_s = 2.0;  // DEFAULT_SKIP_AFTER_S (enforce/gate.py); Python always sets it
   int presume_absent_after = 2;
-  int max_active_steps = 64;
-  int history = 256;
+  int max_active_steps = kLiveStepsPerWorker * kDefaultWorkers;
+  int history = kRecordsPerWorker * kDefaultWorkers;
+  double finish_after_s = 1.0;  // DEFAULT_FINISH_AFTER_S: quiet this long, a channel is done
+  double stale_after_s = 60.0;  // quiet this long, finished whatever it holds
   size_t max_served_names = 100000;
   double pace_rate = 0;             // bytes/s of the PS's link; 0: no pacing
   int64_t pace_window = 256 << 10;  // backlog (bytes) up to which the next one goes
@@ -85,6 +104,9 @@ struct Key {
   int64_t iter = 0;
 };
 Key ParseRendezvousKey(const std::string& key);
+// "/job:worker/replica:0/task:3/device:GPU:1" -> "/job:worker/replica:0/task:3": one
+// worker is one task (graph/tf/naming.py:worker_of).
+std::string WorkerOf(const std::string& device);
 std::string SendingNodeName(const std::string& tensor);  // strips "^edge_\d+_"
 
 struct Installed;
@@ -103,6 +125,7 @@ struct Ticket {
   double t_wait = 0;  // steady clock: when it joined the waiters
   int64_t nbytes = 0;
   std::string error;
+  const char* early = "";  // why it went out of its order ("": it did not), see above
   bool dead = false;  // a dead tensor (a loop's exit iteration): handed back at once
   Channel* channel = nullptr;  // valid while the step is active (guarded by the gate)
   HandBack hand_back;          // held while the ticket waits for its turn
@@ -131,6 +154,10 @@ class Gate {
   bool Configure(double skip_after_s, int presume_absent_after, std::string* error,
                  double pace_rate = -1, int64_t pace_window = -1, int align = -1,
                  double conserve_after_s = -2);
+  // Sizes the history and the live-step bound for `workers` workers (0: unchanged), and sets
+  // finish_after_s and stale_after_s (each if > 0); false with *error for a value out of
+  // range.
+  bool Size(int workers, double finish_after_s, double stale_after_s, std::string* error);
 
   // The transfer path. Arrive when the request is parsed; Ready when the response is
   // produced, with the closure that hands it to gRPC. The closure runs exactly once,
@@ -162,6 +189,8 @@ class Gate {
   using Runs = std::vector<HandBack>;
   double Now() const;
   Channel* GetChannel(int64_t step_id, const std::string& dest, double now, Runs* runs);
+  void ArriveOn(Channel* ch, int64_t step_id, const Key& key, double steady,
+                const TicketPtr& t);
   std::shared_ptr<Installed> View(int64_t step_id, const std::string& dest);
   void HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs);
   void HandBackFront(Channel* ch, Runs* runs);  // the first of ch's waiters, now
@@ -175,8 +204,16 @@ class Gate {
   bool Pacing() const { return opt_.pace_rate > 0; }
   void ServePaced(Runs* runs);        // hands back, while the link has room, gate-wide
   bool Conserve(Runs* runs);          // out of turn when the link idles (see above)
-  void Finish(Channel* ch, Runs* runs);
+  // Finishes ch: what it still holds goes now, each marked `early` (nullptr: it
+  // finished by itself, nothing held), and its record joins the history.
+  void Finish(Channel* ch, Runs* runs, const char* early);
+  void Sweep(double steady_now, bool force, Runs* runs);  // finishes quiet channels
+  void Retire(int64_t step_id);  // forgets a step whose channels all finished
+  void Waiting(Channel* ch);     // keeps waiting_ in step with ch->waiters
+  void Account(int64_t nbytes);  // a hand-back's bytes join the pacing backlog
+  void Disarm(Channel* ch);
   std::string SummaryLocked();
+  std::string StatsLocked(bool include_active, int64_t since, Runs* runs);
   void TimerLoop();
   static void RunAll(Runs* runs);
 
@@ -202,7 +239,16 @@ class Gate {
   std::unordered_map<std::string, std::unordered_set<std::string>> served_by_dest_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;
   std::map<std::pair<int64_t, std::string>, std::shared_ptr<Installed>> views_;
-  std::unordered_map<std::string, int> absent_streak_;
+  std::unordered_map<std::string, int> absent_streak_;  // destination + "\n" + name
+  // Channels with waiters, oldest step first (what the paced service picks from), and
+  // channels with a skip timer: the hot paths never walk every live step.
+  std::map<std::pair<int64_t, std::string>, Channel*> waiting_;  // (step seq, destination)
+  std::unordered_set<Channel*> armed_;
+  // Finished (step, destination) channels, for a request that comes after its channel
+  // finished: (steady time, key) oldest first, and the keys.
+  std::deque<std::pair<double, std::string>> finished_order_;
+  std::unordered_set<std::string> finished_;
+  double last_sweep_ = 0;
   std::map<std::string, int64_t> totals_;
   double backlog_bytes_ = 0, backlog_time_ = 0;  // the virtual queue (steady clock)
   double pace_deadline_ = 0;                     // steady; 0: nothing held by pacing

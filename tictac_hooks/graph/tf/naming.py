@@ -30,6 +30,14 @@ def task_of(device: str) -> str | None:
     return f"{m.group(1)}:{m.group(2)}" if m else None
 
 
+def worker_of(device: str) -> str:
+    """``"/job:worker/replica:0/task:3/device:GPU:1"`` -> ``"/job:worker/replica:0/task:3"``:
+    one worker is one task, whatever device of it a read lands on (gate.cc's
+    ``WorkerOf``). A name without a device part is returned as it is."""
+    at = device.find("/device:")
+    return device if at < 0 else device[:at]
+
+
 def sending_node_name(tensor_name: str) -> str:
     """``"edge_74_sequential/d1/MatMul/ReadVariableOp"`` -> the sending node's name."""
     return _EDGE_PREFIX.sub("", tensor_name, count=1)
