@@ -144,6 +144,9 @@ def test_ps_from_tf_config_serves_the_gate_and_tensorflow(launch, backend):
             before = client.stats()
         assert before.ps == public and before.upstream == private
     assert not any(s.order for s in before.steps)  # nothing served yet
+    # Its bounds are sized for at least 64 workers (one in this cluster): 64 records
+    # per worker; a channel finishes after a second of quiet.
+    assert (before.history_limit, before.finish_after_s) == (64 * 64, 1.0), before
 
     # (b) A real TensorFlow worker reads a variable placed on that PS, in graph mode.
     _wait_for("tictac server --tf-config", lambda: _grpc_answers(cluster["worker"][0]),
@@ -428,3 +431,16 @@ def test_a_native_ps_uses_the_one_default_skip_bound(launch):
     _wait_for("tictac ps", lambda: _rendezvous_answers(address, "native"), ps, ps_log)
     with connect(address, backend="native") as client:
         assert client.stats().skip_after_s == DEFAULT_SKIP_AFTER_S == 2.0
+
+
+def test_the_gates_bounds_are_sized_for_the_clusters_workers():
+    from tictac_hooks.cli import build_parser
+    from tictac_hooks.enforce.server import sized_workers
+
+    assert sized_workers({"ps": ["a:1"], "worker": ["b:1"] * 2}) == 64  # at least 64
+    assert sized_workers({"worker": ["b:1"] * 100, "chief": ["c:1"]}) == 101
+    assert sized_workers({"worker": ["b:1"] * 100}, workers=8) == 8
+    with pytest.raises(ValueError, match="workers"):
+        sized_workers({}, workers=0)
+    args = build_parser().parse_args(["ps", "--cluster-spec", "{}", "--workers", "256"])
+    assert args.workers == 256

@@ -54,6 +54,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="proxy: look-ahead window: a scheduled transfer may go before the "
                         "one ahead of it is answered while at most this many bytes are in "
                         "flight (default 1048576; 0: strictly one at a time)")
+    p.add_argument("--workers", type=checks.arg_whole_number(1), default=None, metavar="N",
+                   help="the workers the gate's bounds are sized for: it keeps 64 step "
+                        "records per worker between two reads and at most 256 live steps "
+                        "per worker (default: the cluster spec's worker and chief tasks, "
+                        "at least 64)")
     p.add_argument("--no-rendezvous", action="store_true",
                    help="run a plain TensorFlow server on the cluster-spec address")
     p.set_defaults(func=_ps, job="ps")
@@ -195,7 +200,7 @@ def _ps(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
     from tictac_hooks.enforce.gate import Gate
-    from tictac_hooks.enforce.server import TicTacServer
+    from tictac_hooks.enforce.server import TicTacServer, sized_workers
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.no_rendezvous:
@@ -216,14 +221,16 @@ def _ps(args: argparse.Namespace) -> int:
                   "--backend proxy only; the native PS serves on its cluster-spec port",
                   file=sys.stderr, flush=True)
         server = TicTacServer(spec, job_name=job, task_index=index, backend="native",
-                              skip_after_s=args.skip_after, bind_host=args.bind_host)
+                              skip_after_s=args.skip_after, bind_host=args.bind_host,
+                              workers=args.workers)
         print(f"tictac ps: {job}:{index} native gate (grpc+tictac) on "
               f"{server.public_address} (listening on {server.listening} only)", flush=True)
         server.join()
         return 0
     server = TicTacServer(spec, job_name=job, task_index=index, backend="proxy",
                           private_port=args.private_port, bind_host=args.bind_host,
-                          gate=Gate(skip_after_s=args.skip_after, **(
+                          gate=Gate(skip_after_s=args.skip_after,
+                                    workers=sized_workers(spec, args.workers), **(
                               {} if args.window_bytes is None
                               else {"window_bytes": args.window_bytes})))
     print(f"tictac ps: {job}:{index} rendezvous on {server.rendezvous.address}, "

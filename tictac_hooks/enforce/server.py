@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from tictac_hooks import checks
 from tictac_hooks.ports import free_port
 from tictac_hooks.enforce.api import BACKENDS
-from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, Gate
+from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, DEFAULT_WORKERS, Gate
 from tictac_hooks.enforce.proxy import Rendezvous, RendezvousThread
 from tictac_hooks.records import GateStats
 
@@ -73,6 +73,15 @@ def _tf_server(server_def: Any, port: int, what: str) -> Any:
             "or not allowed); choose another port") from None
 
 
+def sized_workers(cluster: Mapping[str, Any], workers: int | None = None) -> int:
+    """The workers a PS's gate is sized for: ``workers`` where given (a whole number >=
+    1), else the cluster's worker and chief tasks, at least ``DEFAULT_WORKERS``."""
+    if workers is not None:
+        return checks.whole_number("workers", workers, 1)
+    tasks = sum(len(cluster.get(job) or ()) for job in ("worker", "chief"))
+    return max(DEFAULT_WORKERS, tasks)
+
+
 class TicTacServer:
     """A ``tf.distribute.Server`` for a PS task, with the TicTac gate.
 
@@ -100,6 +109,9 @@ class TicTacServer:
         host of its cluster-spec address). Proxy: the rendezvous (default "127.0.0.1"; "0.0.0.0"
         or "[::]" to serve other machines).
       gate: proxy only: the ordering gate (default ``Gate()``).
+      workers: the workers the gate's bounds (its history of step records, its memory
+        bound on live steps) are sized for (default: the cluster spec's worker and chief
+        tasks, at least ``DEFAULT_WORKERS``, 64; ignored when ``gate`` is given).
 
     Example:
       server = TicTacServer({"ps": ["localhost:2222"], "worker": ["localhost:2223"]},
@@ -111,7 +123,8 @@ class TicTacServer:
                  task_index: int | None = None, protocol: str | None = None,
                  config: Any = None, start: bool = True, *, backend: str = "native",
                  skip_after_s: float | None = None, private_port: int = 0,
-                 bind_host: str | None = None, gate: Gate | None = None) -> None:
+                 bind_host: str | None = None, gate: Gate | None = None,
+                 workers: int | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be 'native' or 'proxy', got {backend!r}")
         skip_after_s = checks.seconds(
@@ -145,6 +158,7 @@ class TicTacServer:
             raise ValueError(f"the cluster spec has no task {server_def.job_name}:"
                              f"{server_def.task_index}: {spec.as_dict()}") from None
         checks.cluster_addresses(spec.as_dict())
+        workers = sized_workers(spec.as_dict(), workers)
         _, public_port = split_address(public)
         task = f"{server_def.job_name}:{server_def.task_index}"
         self.backend = backend
@@ -177,7 +191,8 @@ class TicTacServer:
             if self._cgate is None:
                 raise RuntimeError("the grpc+tictac server started without its gate")
             # Always explicit: the C++ gate's built-in default is not the one to use.
-            self._cgate.control("configure", f"skip_after_s\t{skip_after_s!r}\n")
+            self._cgate.control("configure", f"skip_after_s\t{skip_after_s!r}\n"
+                                             f"workers\t{workers}\n")
             if start:
                 self.start()
             return
@@ -186,7 +201,7 @@ class TicTacServer:
         self._server = _tf_server(server_def, server_def.port,
                                   f"{task}'s private port (private_port)")
         if gate is None:
-            gate = Gate(skip_after_s=skip_after_s)
+            gate = Gate(skip_after_s=skip_after_s, workers=workers)
         bind_host = bind_host or DEFAULT_BIND_HOST
         host = bind_host if ":" not in bind_host or bind_host.startswith("[") else f"[{bind_host}]"
         self.rendezvous = Rendezvous(f"{host}:{public_port}", self.private_address, gate=gate)
