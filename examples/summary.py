@@ -50,7 +50,8 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     if order.get("scheduled_steps"):
         print(f"  scheduled steps following the order: {order.get('followed', 0)} of "
               f"{order['scheduled_steps']} (skips {order.get('skips', 0)}, "
-              f"violations {order.get('violations', 0)})")
+              f"violations {order.get('violations', 0)}, transfers the PS let go out of "
+              f"their order {order.get('early_released', 0)})")
     check = summary.get("check") or {}
     for worker, s in summary.get("workers", {}).items():
         before = s.get("profiling_median_step_time")

@@ -86,9 +86,10 @@ class _Pending:
     def followed_order(self) -> bool:
         """Every PS sent its listed transfers to the PS in non-decreasing priority (the
         order they were released in; with the look-ahead window the PS may answer those
-        in flight together in another order), with no skip and no violation."""
+        in flight together in another order), with no skip, no violation and nothing
+        let go early."""
         for r in self.per_ps.values():
-            if r.skips or r.violations:
+            if r.skips or r.violations or any(t.early for t in r.transfers):
                 return False
             listed = [t for t in r.transfers if t.state == LISTED and t.priority >= 0]
             listed.sort(key=lambda t: t.release_seq)  # stable: hand-back order
@@ -131,7 +132,8 @@ class StepLog:
         self._profiled: collections.OrderedDict[tuple, GateStep] = collections.OrderedDict()
         self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
-        self.order = collections.Counter()  # scheduled / followed / skips / violations
+        # scheduled / followed / skips / violations / early_released
+        self.order = collections.Counter()
         # Steps counted but left out of the medians, per worker and reason.
         self.excluded: dict[str, collections.Counter] = collections.defaultdict(
             collections.Counter)
@@ -256,6 +258,10 @@ class StepLog:
                     self.order["followed"] += step.followed_order()
                     self.order["skips"] += sum(r.skips for r in step.per_ps.values())
                     self.order["violations"] += sum(r.violations for r in step.per_ps.values())
+                # A PS that let transfers go out of their order (records.EARLY_REASONS):
+                # none in a healthy run, whatever the phase.
+                self.order["early_released"] += sum(
+                    1 for r in step.per_ps.values() for t in r.transfers if t.early)
         return out
 
     def _received_between(self, ps: str, worker: str, lo: int, hi: int) -> int:
