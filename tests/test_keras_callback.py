@@ -538,7 +538,7 @@ def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tm
     summary = json.loads((tmp_path / "s.json").read_text())
     records = summary["records"]
     print(f"\n{lost[0]}\n{records}")
-    w1 = next(s for w, s in summary["workers"].items() if "/task:1/" in w)
+    w1 = next(s for w, s in summary["workers"].items() if w.endswith("/task:1"))
     assert w1["unfinished"] == 1 and w1["lost"]["reason"].startswith("its task at"), w1
     # Each training step once, where it finished: the killed worker's step that
     # ParameterServerStrategy ran again on the survivor counts there (unfinished on
