@@ -616,7 +616,9 @@ def test_lost_records_are_gaps_not_steps_and_the_steps_keep_their_numbers(monkey
         from tictac_hooks import TicTac
         monkeypatch.setattr("tictac_hooks.callbacks.reading.READ_EVERY_S", 3600.0)
         monkeypatch.setattr("tictac_hooks.callbacks.reading.READ_EVERY_STEPS", 20)
-        monkeypatch.setattr("tictac_hooks.callbacks.reading.GATE_HISTORY", 80)
+        # the reads paced as if the gate kept 80 (it keeps 4)
+        monkeypatch.setattr("tictac_hooks.enforce.cursor.RecordCursor.smallest_history",
+                            lambda self: 80)
         cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS, log_dir=str(tmp_path))
         summary = _drive(cb, gate, 100)
     records = summary["records"]
@@ -640,8 +642,9 @@ def test_a_worker_that_stops_is_reported_once_and_its_last_step_is_unfinished(
     with inprocess.serve_in_process(PS, gate):
         cb = _callback(monkeypatch, profile_steps=PROFILE_STEPS)
         # Both workers by turns for 40 steps, then worker 1 is gone: worker 0 runs its
-        # last closure again, and the 100 steps dispatched after.
-        summary = _drive(cb, gate, 140, worker_of=lambda i: W1 if i < 40 and i % 2 else
+        # last closure again, and the 160 steps dispatched after (80 of worker 1's own
+        # step intervals: no address to ask, so lost only past LOST_AFTER_STEPS, 64).
+        summary = _drive(cb, gate, 200, worker_of=lambda i: W1 if i < 40 and i % 2 else
                          WORKER, rerun_at=40)
     out = capsys.readouterr().out
     lost_lines = [line for line in out.splitlines() if " lost: " in line]
@@ -649,13 +652,13 @@ def test_a_worker_that_stops_is_reported_once_and_its_last_step_is_unfinished(
     w1 = summary["workers"][TASK1]
     assert w1["lost"]["detected"] > w1["lost"]["last_step_start"], w1
     assert w1["unfinished"] == 1 and w1["steps"] == 19, w1
-    assert summary["workers"][TASK]["steps"] == 121
-    # The counts add up: 140 dispatched = 140 steps recorded where they finished (the
+    assert summary["workers"][TASK]["steps"] == 181
+    # The counts add up: 200 dispatched = 200 steps recorded where they finished (the
     # unfinished one's closure ran again on worker 0, where it counts once).
     records = summary["records"]
-    assert records["worker_steps"] == records["dispatched"] == 140, records
+    assert records["worker_steps"] == records["dispatched"] == 200, records
     assert records["unfinished"] == 1 and records["missing"] == 0, records
-    assert summary["order"]["scheduled_steps"] <= 139 - PROFILE_STEPS + 1
+    assert summary["order"]["scheduled_steps"] <= 199 - PROFILE_STEPS + 1
 
 
 def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):

@@ -83,7 +83,8 @@ def test_a_lost_workers_last_step_is_unfinished_and_other_jobs_are_not_workers()
     log.add([rec(1, 1.0, W0, seq=1), rec(2, 2.0, W0, seq=2),
              rec(1, 1.1, W1, seq=1), rec(2, 2.1, W1, seq=2), rec(3, 3.1, W1, seq=3),
              rec(9, 1.5, CHIEF, seq=1)])
-    assert log.silent(W0) == (2.0, 2)  # two steps of the others since its last
+    # silent from 2.0 to the latest start (3.1): 1.1 of its own 1-s step intervals
+    assert log.silent(W0) == pytest.approx((2.0, 1.1))
     log.mark_lost(W0, 4.0, "its task does not answer")
     steps = finalize(log, everything=True)
     assert {s.worker for s in steps} == {W0, W1}
@@ -110,3 +111,66 @@ def test_scheduled_steps_count_whether_they_followed_the_order():
     order = log.summary()["order"]
     assert order["scheduled_steps"] == 3 and order["followed"] == 1
     assert order["violations"] == 1
+
+
+def test_silence_counts_in_the_workers_own_steps_whatever_the_worker_count():
+    """64 workers, each stepping every 1 s: one stops at 10 s. Two seconds later the
+    others started 128 steps since, yet it is silent for 2 of its own steps; a slow
+    worker (a step every 4 s) silent 2 s is silent half a step."""
+    log = StepLog()
+    workers = [f"/job:worker/replica:0/task:{w}" for w in range(64)]
+    slow = "/job:worker/replica:0/task:99"
+    for t in range(13):
+        log.add([rec(t + 1, t + w / 1000, worker, seq=t + 1)
+                 for w, worker in enumerate(workers) if worker != workers[5] or t <= 10])
+        if t % 4 == 2:
+            log.add([rec(100 + t, float(t), slow, seq=t + 1)])
+    last, silent = log.silent(workers[5])
+    assert last == pytest.approx(10.005) and silent == pytest.approx(2.058, abs=0.01)
+    assert log.silent(slow)[1] == pytest.approx((12.063 - 10.0) / 4.0, abs=0.01)
+    assert log.silent(workers[0])[1] < 0.1
+
+
+def test_a_lost_worker_that_comes_back_is_no_longer_lost():
+    """Lost at its step 3; its new steps arrive later: the mark is cleared and said
+    once, its stale step counts as unfinished (never as a step, never timed across the
+    downtime), and its new steps count as steps."""
+    log = StepLog()
+    log.add([rec(1, 1.0, W0, seq=1), rec(2, 2.0, W0, seq=2), rec(3, 3.0, W0, seq=3)])
+    log.add([rec(i, float(i), W1, seq=i) for i in range(1, 10)])
+    log.mark_lost(W0, 9.0, "its task at x does not answer")
+    steps = [s for s in finalize(log) if s.worker == W0]
+    assert W0 in log.lost and log.returned_workers() == []
+    log.add([rec(11, 10.0, W0, seq=1), rec(12, 11.0, W0, seq=2), rec(13, 12.0, W0, seq=3)])
+    assert W0 not in log.lost
+    back = log.returned_workers()
+    assert [w for w, _ in back] == [W0] and back[0][1]["reason"].startswith("its task")
+    assert log.returned_workers() == []  # said once
+    steps += [s for s in finalize(log, everything=True) if s.worker == W0]
+    assert [s.start for s in steps] == [1.0, 2.0, 10.0, 11.0, 12.0]
+    assert all(s.step_time is None or s.step_time <= 1.0 for s in steps)
+    entry = log.summary()["workers"][W0]
+    assert entry["unfinished"] == 1 and entry["came_back"] == 1 and "lost" not in entry
+    assert entry["steps"] == 5
+    recorded, missing, unfinished = log.totals()
+    assert (recorded, missing, unfinished) == (14, 0, 1)
+
+
+def test_step_time_memory_is_bounded_and_the_counts_stay_whole(monkeypatch):
+    monkeypatch.setattr("tictac_hooks.callbacks.steplog._KEEP_STEP_TIMES", 50)
+    log = StepLog()
+    log.add([rec(i, float(i), W0, seq=i) for i in range(1, 302)])
+    finalize(log)
+    entry = log.summary()["workers"][W0]
+    assert entry["steps"] == 300 and entry["profiling_steps"] == 299  # step 0 excluded
+    assert len(log.step_times[(W0, PROFILING)]) == 50
+
+
+def test_records_between_two_steps_cost_their_distance_not_the_history():
+    from tictac_hooks.callbacks import steplog
+    numbers = steplog._Numbers()
+    for n in range(1, 10_000, 2):  # 5,000 odd numbers: the latest 4,096 are kept
+        numbers.add(n)
+    assert numbers.count_between(9_000, 9_010) == 5
+    assert numbers.count_between(0, 3) == 0  # let go
+    assert numbers.count_between(0, 1 << 40) == len(numbers._set) == steplog._KEEP_RECEIVED

@@ -19,14 +19,17 @@ log = logging.getLogger("tictac")
 
 
 # The reading thread reads the PSes' finished records every READ_EVERY_STEPS steps
-# dispatched (fewer where a step makes more records: every PS keeps 256, gate.h) and at
-# least every READ_EVERY_S seconds.
+# dispatched (fewer where a step makes more records than a quarter of the smallest
+# gate history holds: each gate says its history_limit) and at least every READ_EVERY_S
+# seconds.
 READ_EVERY_STEPS = 32
 READ_EVERY_S = 2.0
-GATE_HISTORY = 256  # records a gate keeps by default (enforce/gate.py, gate.h)
+GATE_HISTORY = 256  # records a gate keeps, for a gate that does not say (older ones)
 CATCH_UP_S = 1.0    # the longest a loop that outruns the reads waits for one
-# A worker is lost when the other workers started this many steps since its last one
-# and its task does not answer (or, where its address is unknown, LOST_AFTER_STEPS).
+# A worker is lost when it has been silent for this many of its own step intervals
+# while the others went on, and its task does not answer (or, where its address is
+# unknown, for LOST_AFTER_STEPS of them). Counted in its own steps, not the others':
+# the count means the same at 2 workers and at 64.
 SUSPECT_AFTER_STEPS = 8
 LOST_AFTER_STEPS = 64
 
@@ -65,7 +68,7 @@ class ReadingThread:
         if self._since_read >= self.every_steps:
             self._since_read = 0
             self._wake.set()
-        limit = max(2 * self.every_steps, int(GATE_HISTORY / 2 / self._per_step))
+        limit = max(2 * self.every_steps, int(self._history() / 2 / self._per_step))
         if self._dispatched - self._read_started_at >= limit and not self._stopping:
             self._caught_up.clear()
             self._wake.set()
@@ -80,16 +83,23 @@ class ReadingThread:
         self._caught_up.set()
         self._thread.join(timeout_s)
 
+    def _history(self) -> int:
+        """The fewest records a PS's gate keeps, as the gates say (GATE_HISTORY for a
+        gate that does not)."""
+        said = getattr(self._cursor, "smallest_history", lambda: None)()
+        return said or GATE_HISTORY
+
     def _adapt(self) -> None:
-        """Reads often enough that a quarter of a gate's history holds what finishes
-        between two reads (a step makes a record per worker and loop iteration)."""
+        """Reads often enough that a quarter of the smallest gate history holds what
+        finishes between two reads (a step makes a record per worker and loop
+        iteration)."""
         if self._fixed or self._cursor is None or not self._dispatched:
             return
         per_step = max(self._cursor.read_records.values(), default=0) / self._dispatched
         if per_step > 0:
             self._per_step = per_step
             self.every_steps = max(1, min(READ_EVERY_STEPS,
-                                          int(GATE_HISTORY / 4 / per_step)))
+                                          int(self._history() / 4 / per_step)))
 
     def _run(self) -> None:
         while not self._stopping:
@@ -116,14 +126,19 @@ class ReadingThread:
 def find_lost_workers(steplog: StepLog, worker_addresses: Mapping[str, str],
                       probed: dict[str, float], say: Callable[[str], None]) -> None:
     """Marks a worker lost, with one line, when the others went on without it: for
-    SUSPECT_AFTER_STEPS of their steps and its task does not answer, or for
-    LOST_AFTER_STEPS where its address is unknown. ``worker_addresses``: task
-    ("worker:1") -> its address; ``probed``: worker -> when its task was last asked."""
+    SUSPECT_AFTER_STEPS of its own step intervals and its task does not answer, or for
+    LOST_AFTER_STEPS of them where its address is unknown; says, in one line each,
+    the lost workers that came back. ``worker_addresses``: task ("worker:1") -> its
+    address; ``probed``: worker -> when its task was last asked."""
+    from tictac_hooks.callbacks.tensorboard import worker_run_name
+    for worker, info in steplog.returned_workers():
+        say(f"{worker_run_name(worker)} ({worker}) is back: a new step of it arrived "
+            f"after it was found lost ({info['reason']}); it is served in turn again")
     for worker in steplog.workers():
         if worker in steplog.lost:
             continue
-        last, others = steplog.silent(worker) or (0.0, 0)
-        if others < SUSPECT_AFTER_STEPS:
+        last, silent = steplog.silent(worker) or (0.0, 0.0)
+        if silent < SUSPECT_AFTER_STEPS:
             continue
         address = worker_addresses.get(task_of(worker) or "")
         if address is not None:
@@ -134,18 +149,17 @@ def find_lost_workers(steplog: StepLog, worker_addresses: Mapping[str, str],
             if alive is not False:
                 continue
             reason = f"its task at {address} does not answer"
-        elif others >= LOST_AFTER_STEPS:
+        elif silent >= LOST_AFTER_STEPS:
             reason = "no step of it since"
         else:
             continue
         now = time.time()
         steplog.mark_lost(worker, now, reason)
-        from tictac_hooks.callbacks.tensorboard import worker_run_name
         say(f"{worker_run_name(worker)} ({worker}) lost: its last step started "
             f"at {time.strftime('%H:%M:%S', time.localtime(last))}, "
-            f"{now - last:.1f} s ago, and the other workers started {others} "
-            f"steps since ({reason}); ParameterServerStrategy runs its work on "
-            "the others, and its last step counts as unfinished")
+            f"{now - last:.1f} s ago, and the other workers went on for "
+            f"{silent:.0f} of its step times since ({reason}); ParameterServerStrategy "
+            "runs its work on the others, and its last step counts as unfinished")
 
 
 def records_summary(dispatched: int, steplog: StepLog, cursor: Any,
@@ -170,7 +184,8 @@ def records_summary(dispatched: int, steplog: StepLog, cursor: Any,
             "read": sum(cursor.read_records.values()) + cursor.active_records,
             "dropped": sum(cursor.dropped.values()),
             "per_ps": {ps: {"read": cursor.read_records[ps],
-                            "dropped": cursor.dropped[ps]}
+                            "dropped": cursor.dropped[ps],
+                            "read_time": cursor.read_seconds[ps].to_json()}
                        for ps in ps_addresses}}
 
 

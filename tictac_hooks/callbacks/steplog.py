@@ -16,7 +16,12 @@ per worker, never drawn as a step, and the steps after it keep their own numbers
 
 A worker that stops while the others go on can be marked lost (:meth:`StepLog.mark_lost`,
 the controller decides); its last step, which ParameterServerStrategy runs again on
-another worker, then counts as unfinished, not as a step.
+another worker, then counts as unfinished, not as a step. A lost worker whose new step
+arrives is back: the mark is cleared and said (:meth:`StepLog.returned_workers`).
+
+Memory is bounded whatever the number of steps and workers: per worker, the step times
+of the latest _KEEP_STEP_TIMES steps of each phase (their count is kept whole), and
+the record numbers of the latest _KEEP_RECEIVED records per PS.
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ from typing import Any, Callable, Iterable
 from tictac_hooks.records import (CHECK, LISTED, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
                                   WorkerStep, bytes_per_transfer)
 
-_KEEP_STEP_TIMES = 100_000   # per (worker, phase), for medians
+_KEEP_STEP_TIMES = 4_096     # per (worker, phase): the medians are the latest steps'
+_KEEP_INTERVALS = 16         # per worker: its latest step-to-step intervals
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
 _KEEP_PROFILED = 256         # unscheduled (PS, step, worker) records, for served sizes
-_KEEP_RECENT = 1_024         # the latest steps' (start, worker), to tell who went silent
 _KEEP_RECEIVED = 4_096       # per (PS, worker): worker_seq of the records read
 
 
@@ -101,6 +106,30 @@ class _Pending:
         return True
 
 
+class _Numbers:
+    """The record numbers read at one PS for one worker: the latest _KEEP_RECEIVED of
+    them; how many lie between two numbers costs the distance between them (the
+    records between two consecutive steps), not the history."""
+
+    def __init__(self) -> None:
+        self._set: set[int] = set()
+        self._order: collections.deque = collections.deque()
+
+    def add(self, n: int) -> None:
+        if n in self._set:
+            return
+        self._set.add(n)
+        self._order.append(n)
+        if len(self._order) > _KEEP_RECEIVED:
+            self._set.discard(self._order.popleft())
+
+    def count_between(self, lo: int, hi: int) -> int:
+        """How many numbers read lie strictly between ``lo`` and ``hi``."""
+        if hi - lo - 1 <= len(self._set):
+            return sum(1 for n in range(lo + 1, hi) if n in self._set)
+        return sum(1 for n in self._set if lo < n < hi)
+
+
 class StepLog:
     """Merges PS step records into per-worker steps (see module docstring)."""
 
@@ -119,12 +148,16 @@ class StepLog:
         self.unfinished: collections.Counter[str] = collections.Counter()
         # worker -> when its last step started, when it was found lost, why.
         self.lost: dict[str, dict[str, Any]] = {}
-        self._recent: collections.deque = collections.deque(maxlen=_KEEP_RECENT)
         self._last_start: dict[str, float] = {}
+        self._latest_start = float("-inf")  # of any worker's step
+        # per worker: its latest intervals from one step's start to the next's
+        self._intervals: dict[str, collections.deque] = collections.defaultdict(
+            lambda: collections.deque(maxlen=_KEEP_INTERVALS))
+        self.came_back: list[tuple[str, dict[str, Any]]] = []  # lost workers back
+        self.returns: collections.Counter[str] = collections.Counter()
         # Per (PS, worker): the numbers (worker_seq) of the records read, steps or not;
         # a number between two steps' that is not among them is a record lost.
-        self._received: dict[tuple[str, str], collections.deque] = collections.defaultdict(
-            lambda: collections.deque(maxlen=_KEEP_RECEIVED))
+        self._received: dict[tuple[str, str], _Numbers] = collections.defaultdict(_Numbers)
         self.served: dict[str, set[str]] = collections.defaultdict(set)  # while profiling
         self.best_link_rate: float | None = None                          # bytes/s
         # the latest unscheduled records by (PS, step, worker): what each transfer is
@@ -132,6 +165,7 @@ class StepLog:
         self._profiled: collections.OrderedDict[tuple, GateStep] = collections.OrderedDict()
         self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
+        self.step_counts: collections.Counter[tuple[str, int]] = collections.Counter()
         # scheduled / followed / skips / violations / early_released
         self.order = collections.Counter()
         # Steps counted but left out of the medians, per worker and reason.
@@ -153,22 +187,28 @@ class StepLog:
                 # No training step (nothing handed back; a loop's exit iteration): its
                 # number is no gap.
                 if rec.worker_seq:
-                    self._received[(rec.ps, worker)].append(rec.worker_seq)
+                    self._received[(rec.ps, worker)].add(rec.worker_seq)
                 continue
             key = (rec.step_id, rec.iteration)
             if key in self._finalized_ids[worker]:
                 continue
             step = self._pending[worker].get(key)
             if step is None:
+                if worker in self.lost and rec.start > (
+                        self.lost[worker]["last_step_start"] or float("-inf")):
+                    self._back(worker)
                 step = self._pending[worker][key] = _Pending({})
-                self._recent.append((rec.start, worker))
-                if rec.start > self._last_start.get(worker, float("-inf")):
+                last = self._last_start.get(worker)
+                if last is None or rec.start > last:
+                    if last is not None:
+                        self._intervals[worker].append(rec.start - last)
                     self._last_start[worker] = rec.start
+                self._latest_start = max(self._latest_start, rec.start)
             # A call's records outside its loop (frame 0) join its first iteration's
             # step beside the loop's record from the same PS.
             step.per_ps[rec.ps if not rec.frame else f"{rec.ps} loop"] = rec
             if rec.worker_seq:
-                self._received[(rec.ps, worker)].append(rec.worker_seq)
+                self._received[(rec.ps, worker)].add(rec.worker_seq)
             if not rec.scheduled:
                 self.served[worker].update(rec.order)
                 key = (rec.ps, rec.step_id, rec.frame, rec.iteration, worker)
@@ -253,6 +293,7 @@ class StepLog:
                     self.excluded[worker]["paused"] += 1
                 else:
                     self.step_times[(worker, phase)].append(step_time)
+                    self.step_counts[(worker, phase)] += 1
                 if phase == SCHEDULED:
                     self.order["scheduled_steps"] += 1
                     self.order["followed"] += step.followed_order()
@@ -265,15 +306,47 @@ class StepLog:
         return out
 
     def _received_between(self, ps: str, worker: str, lo: int, hi: int) -> int:
-        return sum(1 for n in self._received.get((ps, worker), ()) if lo < n < hi)
+        return self._received[(ps, worker)].count_between(lo, hi)
 
-    def silent(self, worker: str) -> tuple[float, int] | None:
-        """When ``worker``'s last step started and how many steps the other workers
-        started since (None: no step of it seen)."""
+    def silent(self, worker: str) -> tuple[float, float] | None:
+        """When ``worker``'s last step started, and for how many of its own steps it has
+        been silent while the others went on: the time from that start to the latest
+        step any worker started, over its own typical step interval (the median of its
+        latest; the workers' where it has none). None: no step of it seen."""
         last = self._last_start.get(worker)
         if last is None:
             return None
-        return last, sum(1 for start, w in self._recent if w != worker and start > last)
+        own = self._intervals.get(worker)
+        typical = statistics.median(own) if own else self.typical_interval()
+        if not typical:
+            return last, 0.0
+        return last, max(0.0, self._latest_start - last) / typical
+
+    def typical_interval(self) -> float | None:
+        """The median over the workers of their step intervals (None: none yet)."""
+        medians = [statistics.median(d) for d in self._intervals.values() if d]
+        return statistics.median(medians) if medians else None
+
+    def _back(self, worker: str) -> None:
+        """A lost worker's new step arrived: it is back. Its steps from before it was
+        lost are over: the last one, which ParameterServerStrategy ran again on another
+        worker, counts as unfinished; none of them is served or timed any more."""
+        info = self.lost.pop(worker)
+        before = info["last_step_start"]
+        for key, step in list(self._pending[worker].items()):
+            if before is None or step.start <= before:
+                del self._pending[worker][key]
+                self._finalized_ids[worker][key] = None
+                self.unfinished[worker] += 1
+        self._intervals[worker].clear()  # the downtime is no step interval
+        self._last_start.pop(worker, None)
+        self.returns[worker] += 1
+        self.came_back.append((worker, info))
+
+    def returned_workers(self) -> list[tuple[str, dict[str, Any]]]:
+        """The lost workers that came back since the last call, with their lost marks."""
+        back, self.came_back = self.came_back, []
+        return back
 
     def workers(self) -> list[str]:
         """Every worker with a step seen."""
@@ -295,10 +368,10 @@ class StepLog:
     def totals(self) -> tuple[int, int, int]:
         """Over every worker: steps recorded, steps missing in gaps, and lost workers'
         unfinished last steps (``summary``'s per-worker counts, summed)."""
-        workers = set(self._count) | set(self.lost)
+        workers = set(self._count) | set(self.lost) | set(self.unfinished)
         return (sum(self._count.get(w, 0) for w in workers),
                 sum(self.gaps.get(w, 0) for w in workers),
-                sum(self.unfinished.get(w, 0) for w in workers if w in self.lost))
+                sum(self.unfinished.get(w, 0) for w in workers))
 
     def summary(self) -> dict[str, Any]:
         """Per worker: its steps, and per phase the steps in the medians and their
@@ -307,19 +380,22 @@ class StepLog:
         records were lost (gaps, not in ``steps``); where the worker was lost, when and
         its ``unfinished`` step (not in ``steps``); order statistics."""
         workers: dict[str, Any] = {}
-        for worker in sorted(set(self._count) | set(self.lost)):
+        for worker in sorted(set(self._count) | set(self.lost) | set(self.unfinished)):
             entry: dict[str, Any] = {"steps": self._count.get(worker, 0),
                                      "missing": self.gaps.get(worker, 0)}
             if self.unknown_gaps.get(worker):
                 entry["unknown_gaps"] = self.unknown_gaps[worker]
             if worker in self.lost:
                 entry["lost"] = dict(self.lost[worker])
+            if worker in self.lost or self.unfinished.get(worker):
                 entry["unfinished"] = self.unfinished.get(worker, 0)
+            if self.returns.get(worker):
+                entry["came_back"] = self.returns[worker]
             for phase in (PROFILING, SCHEDULED, CHECK):
                 label = PHASE_NAMES[phase]
                 times = self.step_times.get((worker, phase))
                 if times or phase != CHECK:
-                    entry[f"{label}_steps"] = len(times or ())
+                    entry[f"{label}_steps"] = self.step_counts.get((worker, phase), 0)
                 if times:
                     entry[f"{label}_median_step_time"] = statistics.median(times)
             entry["excluded"] = dict(self.excluded.get(worker, {}))

@@ -5,6 +5,8 @@ finished (``seq``; gate.h, ``Gate.read``). A :class:`RecordCursor` holds one lon
 client per PS and the number of the last record it read there: each read asks for the
 records after it, and the gate says how many of those its history bound let go
 (``dropped``). Nothing is read twice, and nothing is lost without being counted.
+The PSes are read in parallel (one thread each, up to READ_THREADS), so a read costs
+about the slowest PS's, not their sum; each PS's read time is kept (``read_seconds``).
 
 Example:
   cursor = RecordCursor(["127.0.0.1:2222"])
@@ -19,6 +21,8 @@ import collections
 import dataclasses
 import logging
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from tictac_hooks.enforce.api import GateClient, GateError
@@ -28,6 +32,7 @@ log = logging.getLogger("tictac")
 
 # A ``since`` past any record a gate will number: a read that only learns last_seq.
 TAIL = 1 << 53
+READ_THREADS = 16  # PSes read at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +42,25 @@ class CursorRead:
 
     steps: list[GateStep]
     dropped: dict[str, int]
+
+
+@dataclasses.dataclass
+class ReadTimes:
+    """The seconds the reads of one PS took."""
+
+    reads: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.reads += 1
+        self.total_s += seconds
+        self.max_s = max(self.max_s, seconds)
+
+    def to_json(self) -> dict[str, float]:
+        return {"reads": self.reads,
+                "mean_ms": round(1e3 * self.total_s / self.reads, 3) if self.reads else 0.0,
+                "max_ms": round(1e3 * self.max_s, 3)}
 
 
 class RecordCursor:
@@ -66,6 +90,11 @@ class RecordCursor:
         self.dropped: collections.Counter[str] = collections.Counter()
         self.active_records = 0  # active records in the last read that asked for them
         self.restarts: collections.Counter[str] = collections.Counter()
+        # Per PS: the records its gate keeps (history_limit, as it reports it), and the
+        # seconds each read of it took (reads, total, longest).
+        self.history_limit: dict[str, int] = {}
+        self.read_seconds: dict[str, ReadTimes] = {a: ReadTimes() for a in self.addresses}
+        self._pool: ThreadPoolExecutor | None = None
 
     def _client(self, address: str) -> GateClient:
         client = self._clients.get(address)
@@ -90,22 +119,22 @@ class RecordCursor:
 
     def read(self, include_active: bool = False) -> CursorRead:
         """The records finished since the last read, at every PS (and the active ones,
-        if ``include_active``: they come again, finished, in a later read)."""
-        steps: list[GateStep] = []
-        dropped: dict[str, int] = {}
+        if ``include_active``: they come again, finished, in a later read). The PSes
+        are read in parallel; a PS that fails the read fails it (after the others)."""
         with self._lock:
+            if len(self.addresses) > 1 and self._pool is None:
+                self._pool = ThreadPoolExecutor(min(READ_THREADS, len(self.addresses)),
+                                                thread_name_prefix="tictac-read")
+            one = lambda a: self._read_one(a, include_active)  # noqa: E731
+            replies = (list(self._pool.map(one, self.addresses)) if self._pool
+                       else [one(a) for a in self.addresses])
+            steps: list[GateStep] = []
+            dropped: dict[str, int] = {}
             active = 0
-            for address in self.addresses:
-                since = self._since[address]
-                reply = self._stats(address, include_active, since)
-                if reply.last_seq < since:
-                    # The gate numbers from 1 again: the PS was restarted.
-                    self.restarts[address] += 1
-                    log.warning("TicTac: the PS at %s numbers its step records from 1 "
-                                "again (restarted?); reading all it holds", address)
-                    since = 0
-                    reply = self._stats(address, include_active, since)
+            for address, reply in zip(self.addresses, replies):
                 self._since[address] = reply.last_seq
+                if reply.history_limit:
+                    self.history_limit[address] = reply.history_limit
                 dropped[address] = reply.dropped
                 self.dropped[address] += dropped[address]
                 for step in reply.steps:
@@ -118,8 +147,28 @@ class RecordCursor:
                 self.active_records = active
         return CursorRead(steps, dropped)
 
+    def _read_one(self, address: str, include_active: bool) -> GateStats:
+        started = time.perf_counter()
+        since = self._since[address]
+        reply = self._stats(address, include_active, since)
+        if reply.last_seq < since:
+            # The gate numbers from 1 again: the PS was restarted.
+            self.restarts[address] += 1
+            log.warning("TicTac: the PS at %s numbers its step records from 1 "
+                        "again (restarted?); reading all it holds", address)
+            reply = self._stats(address, include_active, 0)
+        self.read_seconds[address].add(time.perf_counter() - started)
+        return reply
+
+    def smallest_history(self) -> int | None:
+        """The fewest records any PS's gate keeps (None: none said yet)."""
+        return min(self.history_limit.values(), default=None)
+
     def close(self) -> None:
         with self._lock:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+                self._pool = None
