@@ -126,6 +126,7 @@ def test_the_decision_keeps_the_faster_candidate_and_the_gate_runs_it(gate):
     assert len(h.results) == 1 and h.runner.check_result is h.results[0]
     result = h.results[0]
     assert result.decision == order_check.TICTAC and result.chosen == "tac"
+    assert result.kept == "tac"
     assert result.spread.pairs == ROUNDS  # TAC's: one pair per round
     assert h.runner.kept_order == "tac" and h.running() == "tac"
     assert not h.runner.running
@@ -145,6 +146,7 @@ def test_slower_orders_are_cleared_and_no_pair_keeps_the_order_before(gate):
     decided(h, records((block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
                         + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2))
     assert h.results[-1].decision == order_check.DEFAULT
+    assert h.results[-1].kept == order_check.DEFAULT
     assert h.runner.kept_order is None and h.running() is None
     assert h.lines[-1].endswith("cleared, TensorFlow's order kept")
 
@@ -153,6 +155,8 @@ def test_slower_orders_are_cleared_and_no_pair_keeps_the_order_before(gate):
     for _ in range(h.runner.plan.total_steps + 1):  # no records at all: inconclusive
         h.runner.step_dispatched()
     assert h.results[-1].decision is None
+    assert h.results[-1].kept == "tac"  # in the summary: which order stays
+    assert h.results[-1].to_json()["kept"] == "tac"
     assert h.runner.kept_order == "tac" and h.running() == "tac"
     assert "inconclusive" in h.lines[-1] and h.lines[-1].endswith("TAC order kept")
 
@@ -252,3 +256,20 @@ def test_a_process_that_does_not_install_never_touches_the_gate(gate):
     # The blocks hold nobody's loop; only the decision waits for the dispatched steps
     # (it reads what they recorded).
     assert h.joins == 1 and h.runner.holds == (2 * 2 * ROUNDS - 1) + 1  # changes, decision
+
+
+def test_blocks_dispatch_block_steps_for_each_worker(gate):
+    """Under ParameterServerStrategy the loop's steps are spread over the workers: a
+    block dispatches block_steps x workers of them."""
+    h = Harness(gate)
+    c = candidates()
+    h.runner.switched("tic", c, workers=3)
+    assert h.runner.plan.workers == 3
+    assert h.runner.plan.block_dispatched == 3 * BLOCK
+    h.runner.start()
+    seen = []
+    for _ in range(2 * 3 * BLOCK):
+        h.runner.step_dispatched()
+        seen.append(h.runner.want)
+    assert seen[:3 * BLOCK] == ["tic"] * (3 * BLOCK)
+    assert seen[3 * BLOCK:] == [None] * (3 * BLOCK)

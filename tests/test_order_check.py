@@ -191,3 +191,40 @@ def test_the_controller_orders_by_declaration_or_first_use_as_the_bench_asks():
                                             {"metric"})
         assert schedule.order == order, algorithm
         assert graph["metric"].declared is None and graph["w1"].declared == 2
+
+
+def _dispatched_over(plan, workers, tictac_s=1.0, default_s=1.2):
+    """What the PSes record when the loop dispatches ``plan``'s steps and the
+    coordinator hands them to ``workers`` workers in turn: per worker, its steps in
+    the order they ran, each block's last step holding the next install (no time)."""
+    by_worker = {w: [] for w in range(workers)}
+    for n in range(plan.total_steps):
+        by_worker[n % workers].append(plan.block(n))
+    recs = []
+    for w, blocks in by_worker.items():
+        worker, t = f"/job:worker/replica:0/task:{w}", 0.0
+        for i, order in enumerate(blocks):
+            x = tictac_s if order else default_s
+            last_of_block = i + 1 == len(blocks) or blocks[i + 1] != order
+            recs.append(WorkerStep(worker, i, t, None if last_of_block else x, 0.0,
+                                   SCHEDULED if order else CHECK,
+                                   paused_s=0.01 if last_of_block else 0.0, order=order))
+            t += x
+    return recs
+
+
+def test_blocks_count_steps_per_worker_so_the_check_decides_at_64_workers():
+    """Blocks of 10 steps per worker: 640 dispatched steps a block at 64 workers, and
+    every worker gives its pairs. The same 10 steps counted over all workers (the old
+    blocks) give each worker at most one step a block: no pair, no decision."""
+    plan = CheckPlan(rounds=3, block_steps=10, candidates=("tic",), workers=64)
+    assert plan.block_dispatched == 640 and plan.total_steps == 3 * 2 * 640
+    r = decide(_dispatched_over(plan, 64), plan, "tic")
+    assert r.decision == order_check.TICTAC and r.chosen == "tic"
+    assert len(r.workers) == 64 and all(c.spread.pairs == 3 for c in r.workers.values())
+    assert r.spread.median == pytest.approx(1.2)
+    old = CheckPlan(rounds=3, block_steps=10, candidates=("tic",))
+    stuck = decide(_dispatched_over(old, 64), old, "tic")
+    assert stuck.decision is None and stuck.spread.pairs == 0
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        CheckPlan(rounds=1, block_steps=3, workers=0)

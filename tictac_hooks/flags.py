@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "stats_every": 1,
     "window_bytes": 1 << 20,
     "check_rounds": 3,
-    "check_block_steps": 20,
+    "check_block_steps": 10,
     "recheck_every": 5000,
     "align": "auto",
     "measure_compute": True,
@@ -74,11 +74,11 @@ flags.DEFINE_integer(
     "than TensorFlow's (default 3; 0: no check, keep TicTac's order).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_block_steps", DEFAULTS["check_block_steps"],
-    "Training steps per block of the order check, over all workers under "
-    "ParameterServerStrategy (default 20; at least "
-    f"{MIN_CHECK_BLOCK_STEPS}: a block's first and last steps are not measured). A block "
-    "ends with the dispatched call that reaches it (steps_per_execution > 1 runs several "
-    "steps per call).",
+    "Training steps per worker per block of the order check (default 10; at least "
+    f"{MIN_CHECK_BLOCK_STEPS}: a block's first and last steps are not measured): under "
+    "ParameterServerStrategy a block dispatches this many steps times the workers, so "
+    "every worker gives its pairs at any worker count. A block ends with the dispatched "
+    "call that reaches it (steps_per_execution > 1 runs several steps per call).",
     lower_bound=MIN_CHECK_BLOCK_STEPS)
 flags.DEFINE_integer(
     "tictac_recheck_every", DEFAULTS["recheck_every"],

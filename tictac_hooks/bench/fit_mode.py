@@ -58,7 +58,7 @@ class FitConfig:
     # after the decision, rounds of (kept order, TensorFlow's) block pairs in fresh
     # blocks, where the check kept TIC or TAC: what TicTac with its check gives (0: off)
     verify_rounds: int = 3
-    block_steps: int = 20           # training steps per block
+    block_steps: int = 10           # training steps per worker per block
     profile_steps: int = 20
     min_shard_bytes: int = 256 << 10  # 0: no partitioner
     timeout_s: float = 1800.0
@@ -66,7 +66,7 @@ class FitConfig:
 
     def validate(self) -> None:
         from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
-        for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("rounds", 1, 20),
+        for name, lo, hi in (("workers", 1, 64), ("ps", 1, 16), ("rounds", 1, 20),
                              ("verify_rounds", 0, 20),
                              ("block_steps", MIN_CHECK_BLOCK_STEPS, 1000),
                              ("profile_steps", 1, 1000), ("min_shard_bytes", 0, 1 << 40)):
@@ -321,7 +321,8 @@ def config_from_args(args: Any) -> FitConfig:
         settings["verify_rounds"] = args.verify_rounds
     if args.quick:  # a smoke run: two rounds, short blocks, short profile
         settings.setdefault("rounds", 2)
-        settings.setdefault("block_steps", max(12, 6 * args.workers))
+        # per worker: 12 dispatched steps at 1-2 workers, 6 per worker beyond
+        settings.setdefault("block_steps", max(6, -(-12 // args.workers)))
         settings["profile_steps"] = 8
     return FitConfig(**settings)
 

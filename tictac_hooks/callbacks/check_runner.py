@@ -11,6 +11,7 @@ at the switch and the records it reads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any, Callable, Sequence
@@ -76,13 +77,15 @@ class CheckRunner:
         """Whether a check is running (between its first block and its decision)."""
         return self.n >= 0
 
-    def switched(self, algorithm: str, candidates: dict[str, Parts]) -> None:
-        """The switch computed ``candidates`` and installs (or not) ``algorithm``'s."""
+    def switched(self, algorithm: str, candidates: dict[str, Parts],
+                 workers: int = 1) -> None:
+        """The switch computed ``candidates`` and installs (or not) ``algorithm``'s;
+        ``workers``: those the loop's dispatched steps are spread over (CheckPlan)."""
         self.candidates = candidates
         self.want = self.decided = algorithm
         if self.plan is not None:
             self.plan = order_check.CheckPlan(self.plan.rounds, self.plan.block_steps,
-                                              tuple(candidates))
+                                              tuple(candidates), max(1, workers))
 
     def start(self) -> None:
         """The check begins with the next dispatched step."""
@@ -156,7 +159,8 @@ class CheckRunner:
         if unknown or not candidates:
             raise ValueError(f"check again with {list(candidates)}: the switch computed "
                              f"{sorted(self.candidates)}")
-        self.plan = order_check.CheckPlan(rounds, self.plan.block_steps, tuple(candidates))
+        self.plan = order_check.CheckPlan(rounds, self.plan.block_steps, tuple(candidates),
+                                          self.plan.workers)
         self._begin_check()
 
     def _begin_check(self) -> None:
@@ -190,7 +194,6 @@ class CheckRunner:
         pause_start = time.time()  # the drained steps ran back to back: not a pause
         self._poll()
         result = order_check.decide(self._after_switch, self.plan, self._algorithm())
-        self.results.append(result)
         self._after_switch = []
         self.n, self._since_decision = -1, 0
         if result.decision == order_check.TICTAC:
@@ -198,6 +201,8 @@ class CheckRunner:
         elif result.decision == order_check.DEFAULT:
             self.decided = None
         self.want = self.decided  # inconclusive: the order before the check stays
+        result = dataclasses.replace(result, kept=self.decided or order_check.DEFAULT)
+        self.results.append(result)
         self._apply()
         self._mark_pause(pause_start, time.time())
         if result.decision is None:

@@ -19,6 +19,19 @@ def _job_tasks(spec: Mapping[str, Sequence[str]] | Any, job: str) -> list[tuple[
     return list(enumerate(tasks or ()))
 
 
+def worker_addresses_of(strategy: Any) -> dict[str, str]:
+    """Each worker task's address of a ParameterServerStrategy ({} for any other
+    strategy, or none): whom the coordinator spreads its steps over, and whom to ask
+    whether a silent worker still answers."""
+    import tensorflow as tf
+    if not isinstance(strategy, (tf.distribute.ParameterServerStrategy,
+                                 tf.distribute.experimental.ParameterServerStrategy)):
+        return {}
+    from tictac_hooks.patches import keras_internals
+    return task_addresses_from_cluster_spec(
+        keras_internals.strategy_cluster_spec(strategy), "worker")
+
+
 def ps_addresses_from_cluster_spec(spec: Mapping[str, Sequence[str]] | Any) -> list[str]:
     """The PS addresses, in task order, of a cluster spec (dict or tf.train.ClusterSpec)."""
     ps = _job_tasks(spec, "ps")

@@ -107,6 +107,10 @@ class Controller:
         self.dispatched = 0  # training steps the loop dispatched
         # task ("worker:1") -> its address, to tell a dead worker from a slow one
         self.worker_addresses: dict[str, str] = {}
+        # The workers the loop's dispatched steps are spread over (PSS: every worker
+        # task; 1 where each dispatched step runs on every worker): the order check's
+        # blocks are this many times block_steps dispatched steps (order_check.py).
+        self.spread_over = 1
         self._probed: dict[str, float] = {}
 
     # --- the order check (check_runner.py) -----------------------------------------------
@@ -357,7 +361,7 @@ class Controller:
                 except (TicTacSetupError, ValueError) as e:  # ScheduleError included
                     self.check_off[label] = str(e)
                     self.say(f"the order check leaves {label} out: {e}")
-        self.runner.switched(algorithm, candidates)
+        self.runner.switched(algorithm, candidates, self.spread_over)
         if self.installs:
             self._install(parts)
             self.runner.installed = algorithm
@@ -370,9 +374,11 @@ class Controller:
         if self.check is not None:
             self.runner.start()
             names = " and ".join(c.upper() for c in candidates)
+            per = (f" ({self.check.block_dispatched} dispatched over "
+                   f"{self.check.workers} workers)" if self.check.workers > 1 else "")
             self.say(f"checking {names} against TensorFlow's order: {self.check.rounds} "
-                     f"round{'s' if self.check.rounds > 1 else ''} of "
-                     f"{self.check.block_steps}-step block pairs"
+                     f"round{'s' if self.check.rounds > 1 else ''} of block pairs of "
+                     f"{self.check.block_steps} steps per worker{per}"
                      + (f", again every {self.settings.recheck_every} steps"
                         if self.settings.recheck_every else ""))
         return self.schedule

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from tictac_hooks import checks
-from tictac_hooks.callbacks.cluster_spec import ps_addresses_from_cluster_spec
+from tictac_hooks.callbacks.cluster_spec import (ps_addresses_from_cluster_spec,
+                                                 worker_addresses_of)
 from tictac_hooks.callbacks.controller import Controller
 from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
 from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
@@ -48,7 +49,7 @@ class TicTacLoop:
         default 1048576).
       check_rounds, check_block_steps, recheck_every: the order check, as for
         :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
-        ``--tictac_check_block_steps``, 20; ``--tictac_recheck_every``, 5000).
+        ``--tictac_check_block_steps``, 10 steps per worker; ``--tictac_recheck_every``, 5000).
       align: as for :class:`tictac_hooks.TicTac` (``--tictac_align``); with "auto" (the
         default) it follows ``training``.
       training: whether the steps train (default True); False for an inference loop.
@@ -120,6 +121,10 @@ class TicTacLoop:
                                   find_dag=self._find_dag, join=self.coordinator.join,
                                   poll_every=POLL_EVERY_STEPS, training=self.training)
         self.controller = self._driver.controller
+        # the coordinator spreads the scheduled steps over every worker task
+        workers = worker_addresses_of(self.coordinator.strategy)
+        self.controller.worker_addresses = workers
+        self.controller.spread_over = max(1, len(workers))
         self._driver.start()
 
     def step(self) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from tictac_hooks import checks
 from tictac_hooks.callbacks.cluster_spec import (ps_addresses_from_cluster_spec,
-                                                 task_addresses_from_cluster_spec)
+                                                 worker_addresses_of)
 from tictac_hooks.callbacks.controller import Controller
 from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
 from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
@@ -79,8 +79,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         each TicTac order (TIC, and TAC where compute times are measured) then
         TensorFlow's, after which the fastest is kept (default 3,
         ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
-      check_block_steps: training steps per block of the check, >= 3 (default 20,
-        ``--tictac_check_block_steps``); a block ends with the call that reaches it.
+      check_block_steps: training steps per worker per block of the check, >= 3
+        (default 10, ``--tictac_check_block_steps``): a block dispatches this many
+        times the workers; it ends with the call that reaches it.
       recheck_every: run the check again this many training steps after each
         decision, >= 0 (default 5000, ``--tictac_recheck_every``; 0: check once).
       align: how a PS shares its link among the workers of one step (``--tictac_align``):
@@ -224,6 +225,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                             background_switch=self.background_switch)
         self.controller = driver.controller
         driver.controller.worker_addresses = self._worker_addresses()
+        # fit's dispatched steps are spread over every worker (predict runs on the chief)
+        if mode != "predict":
+            driver.controller.spread_over = max(1, len(driver.controller.worker_addresses))
         driver.start()
         self._driver, self._mode = driver, mode
 
@@ -253,14 +257,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def _worker_addresses(self) -> dict[str, str]:
         """Each worker task's address ({} where fit runs under no cluster), so that a
         worker that stops can be told from a slow one."""
-        import tensorflow as tf
-        strategy = getattr(self.model, "distribute_strategy", None)
-        if not isinstance(strategy, (tf.distribute.ParameterServerStrategy,
-                                     tf.distribute.experimental.ParameterServerStrategy)):
-            return {}
-        from tictac_hooks.patches import keras_internals
-        return task_addresses_from_cluster_spec(
-            keras_internals.strategy_cluster_spec(strategy), "worker")
+        return worker_addresses_of(getattr(self.model, "distribute_strategy", None))
 
     def _join(self) -> None:
         _join(self.model)

@@ -1,7 +1,10 @@
 """The order check: TicTac's orders against TensorFlow's own, in interleaved blocks.
 
 After the switch the training loop runs ``rounds`` rounds of blocks of ``block_steps``
-dispatched steps each. A round holds, for each candidate order (TIC, and TAC where
+steps *per worker* each: under ParameterServerStrategy the loop dispatches a block of
+``block_steps x workers`` steps, which the coordinator spreads over the workers, so that
+every worker gives its pairs however many workers there are (at 64 workers a block of
+20 dispatched steps would give most workers no step at all). A round holds, for each candidate order (TIC, and TAC where
 compute times were measured), a block with that order installed (T) followed by a block
 with it cleared (D, TensorFlow's default order). Interleaving keeps slow drift of the
 machine (other load, thermal state, page cache) out of the comparison.
@@ -36,19 +39,24 @@ TICTAC, DEFAULT = "tictac", "default"
 
 @dataclasses.dataclass(frozen=True)
 class CheckPlan:
-    """``rounds`` rounds of (T, D) block pairs of ``block_steps`` dispatched steps each,
+    """``rounds`` rounds of (T, D) block pairs of ``block_steps`` steps per worker each,
     one pair per candidate order (``candidates``: algorithm names; empty: one candidate,
-    the installed order)."""
+    the installed order). ``workers``: the workers the loop's dispatched steps are
+    spread over (ParameterServerStrategy: every worker task; 1 where each dispatched
+    step runs on every worker, as a graph-mode session.run does)."""
 
     rounds: int
     block_steps: int
     candidates: tuple[str, ...] = ()
+    workers: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("rounds", "block_steps"):
+        for name in ("rounds", "block_steps", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"check {name} must be an integer >= 0, got {value!r}")
+        if self.workers < 1:
+            raise ValueError(f"check workers must be >= 1, got {self.workers}")
         if self.rounds and self.block_steps < MIN_CHECK_BLOCK_STEPS:
             raise ValueError(
                 f"check block_steps must be >= {MIN_CHECK_BLOCK_STEPS} (each block's first step "
@@ -59,14 +67,20 @@ class CheckPlan:
                              f"{self.candidates!r}")
 
     @property
+    def block_dispatched(self) -> int:
+        """Dispatched steps per block: ``block_steps`` for each worker."""
+        return self.block_steps * self.workers
+
+    @property
     def total_steps(self) -> int:
-        return 2 * self.rounds * max(1, len(self.candidates)) * self.block_steps
+        """Dispatched steps the whole check runs."""
+        return 2 * self.rounds * max(1, len(self.candidates)) * self.block_dispatched
 
     def block(self, dispatched: int) -> str | None:
         """The candidate installed for step number ``dispatched`` (0-based, counted from
         the check's start) while the check runs; None in a D block (TensorFlow's order).
         With no candidates named, a T block gives TICTAC."""
-        index = dispatched // self.block_steps
+        index = dispatched // self.block_dispatched
         if index % 2:
             return None
         names = self.candidates or (TICTAC,)

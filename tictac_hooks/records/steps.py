@@ -96,6 +96,9 @@ class CheckResult:
     # every candidate's pairs per worker (benchmarks: `tictac bench --frontend fit`)
     candidate_workers: Mapping[str, Mapping[str, WorkerCheck]] = dataclasses.field(
         default_factory=dict)
+    # the order that runs after the check: the kept candidate, "default" (TensorFlow's),
+    # or where it could not decide the one installed before it (None: not applied yet)
+    kept: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -107,6 +110,8 @@ class CheckResult:
             "blocks": {w: [[b.phase, b.median, list(b.steps)] for b in bs]
                        for w, bs in self.blocks.items()},
             "decision": self.decision, "chosen": self.chosen}
+        if self.kept is not None:
+            out["kept"] = self.kept
         if self.reason:
             out["reason"] = self.reason
         if self.candidate_workers:
@@ -125,7 +130,8 @@ class CheckResult:
                     for w, bs in f("blocks").items()},
                    f("decision"), f("chosen"), str(d.get("reason", "")),
                    {c: {w: WorkerCheck.from_json(wc) for w, wc in ws.items()}
-                    for c, ws in d.get("candidate_workers", {}).items()})
+                    for c, ws in d.get("candidate_workers", {}).items()},
+                   d.get("kept"))
 
 
 @dataclasses.dataclass(frozen=True)
