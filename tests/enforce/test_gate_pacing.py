@@ -212,3 +212,33 @@ def test_work_conservation_setting_is_checked_and_turns_off(lib_path):
     assert _conserve(d, 0)["conserve_after_s"] == 0
     assert _conserve(d, "off")["conserve_after_s"] is None
     d.gate.close()
+
+
+def test_every_ps_serves_the_workers_in_one_order_whatever_their_arrival(lib_path):
+    """Two PS, four workers (ParameterServerStrategy: a step id per worker step), two
+    steps each. The workers' requests reach the two PSes in opposite orders, and all
+    their responses are ready at once behind a busy link. Arrival order would serve
+    worker 3 first at one PS and last at the other (each worker then finishes at its
+    worst PS); the turns serve every worker's first step before any second step, in
+    task order, at both PSes."""
+    names = ["a", "b"]
+    workers = [f"/job:worker/replica:0/task:{w}/device:CPU:0" for w in range(4)]
+    orders = {0: [0, 1, 2, 3], 1: [3, 2, 1, 0]}  # arrival order of the workers per PS
+    served = {}
+    for ps, arrival in orders.items():
+        d = Driver(lib_path)
+        d.install(names, pace_rate=1e6, window=0, align=False)
+        # the chief's read fills the link for 50 ms: the workers' queue behind it
+        d.send(99, "a", 50_000, dest="/job:chief/replica:0/task:0/device:CPU:0")
+        for turn in range(2):
+            for w in arrival:
+                step = 1000 * (turn + 1) + w
+                for n in names:
+                    d.send(step, n, 5_000, dest=workers[w])
+        deadline = time.monotonic() + 5.0
+        while len(d.handed) < 1 + 2 * 4 * len(names) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        served[ps] = [workers.index(dest) for dest, _ in d.handed[1:]]
+        d.gate.close()
+    expected = [w for w in range(4) for _ in names] * 2  # turn 0 by task, then turn 1
+    assert served[0] == served[1] == expected, served

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,18 @@ std::string SendingNodeName(const std::string& tensor) {
 std::string WorkerOf(const std::string& device) {
   const size_t at = device.find("/device:");
   return at == std::string::npos ? device : device.substr(0, at);
+}
+
+// "/job:worker/replica:0/task:12" -> 12; -1 where the name has no task index.
+int64_t TaskIndex(const std::string& worker) {
+  const size_t at = worker.rfind("/task:");
+  if (at == std::string::npos) return -1;
+  int64_t n = 0;
+  size_t i = at + 6;
+  if (i >= worker.size() || !isdigit(static_cast<unsigned char>(worker[i]))) return -1;
+  for (; i < worker.size() && isdigit(static_cast<unsigned char>(worker[i])); ++i)
+    n = n * 10 + (worker[i] - '0');
+  return n;
 }
 
 Key ParseRendezvousKey(const std::string& key) {
@@ -168,6 +181,8 @@ struct Installed {
 struct Channel {
   int64_t step_id = 0;  // the gate's key of the step: step_id, or one per iteration
   int64_t step_seq = 0;  // the step's arrival number at this gate
+  int64_t turn = 0;      // channels its destination opened at this gate before it
+  int64_t task = 0;      // the destination's task index (the paced service's order)
   int64_t record_step_id = 0;  // the request's step_id
   uint64_t frame = 0;
   int64_t iter = 0;
@@ -425,15 +440,11 @@ void Gate::WakeAt(double steady_when) {
 bool Gate::Conserve(Runs* runs) {
   if (opt_.conserve_after_s < 0) return false;
   Channel* pick = nullptr;
-  int64_t pick_seq = 0;
-  for (const auto& [at, ch] : waiting_) {  // oldest step first
-    const int64_t seq = at.first;
-    if (pick != nullptr && seq > pick_seq) break;
+  for (const auto& [at, ch] : waiting_) {  // earliest turn first
+    if (pick != nullptr && ch->turn > pick->turn) break;
     if (pick == nullptr || ch->waiters.front()->priority - ch->counter <
-                               pick->waiters.front()->priority - pick->counter) {
+                               pick->waiters.front()->priority - pick->counter)
       pick = ch;
-      pick_seq = seq;
-    }
   }
   if (pick == nullptr) return false;
   const double when =
@@ -449,18 +460,14 @@ bool Gate::Conserve(Runs* runs) {
 
 void Gate::ServePaced(Runs* runs) {
   while (!Paced()) {
-    // The oldest step whose turn came; within it, aligned: the destination furthest
-    // behind, else the first by name (waiting_ is ordered by (step seq, destination)).
+    // The earliest turn with a transfer whose turn came; within it, aligned: the
+    // destination furthest behind, else the lowest task (waiting_ is ordered by
+    // (turn, task, step seq, destination)).
     Channel* best = nullptr;
-    int64_t best_seq = 0;
     for (const auto& [at, ch] : waiting_) {
-      const int64_t seq = at.first;
-      if (best != nullptr && seq > best_seq) break;
+      if (best != nullptr && ch->turn > best->turn) break;
       if (ch->waiters.front()->priority > ch->counter) continue;
-      if (best == nullptr || (opt_.align && ch->counter < best->counter)) {
-        best = ch;
-        best_seq = seq;
-      }
+      if (best == nullptr || (opt_.align && ch->counter < best->counter)) best = ch;
     }
     if (best == nullptr) {
       if (Conserve(runs)) continue;
@@ -489,7 +496,7 @@ void Gate::OnPace(Runs* runs) {
 }
 
 void Gate::Waiting(Channel* ch) {
-  const auto at = std::make_pair(ch->step_seq, ch->dest);
+  const auto at = std::make_tuple(ch->turn, ch->task, ch->step_seq, ch->dest);
   if (ch->waiters.empty()) waiting_.erase(at);
   else waiting_.emplace(at, ch);
 }
@@ -734,6 +741,8 @@ Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
     auto ch = std::make_unique<Channel>();
     ch->step_id = step_id;
     ch->step_seq = step_seq_[step_id];
+    ch->turn = dest_turns_[dest]++;
+    ch->task = TaskIndex(dest);
     ch->dest = dest;
     ch->installed = View(step_id, dest);
     ch->t_first = now;

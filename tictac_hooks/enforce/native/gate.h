@@ -14,19 +14,23 @@
 // bytes it handed back, drained at pace_rate (the PS's link rate), and hands the next
 // listed transfer whose turn came only while that backlog is at most pace_window
 // bytes: enough to keep the link busy, little enough that the wire keeps the order.
-// Which waiting transfer goes when the link has room: the one whose turn came in the
-// oldest active step; within a step (several workers share one step id in in-graph
-// replication), with align on (the default) the destination that has had the fewest
-// handed back, so every worker gets its k-th transfer before any gets its (k+1)-th;
-// with align off the first destination by device name, so the destinations are served
-// one after the other (their pulls, and so their compute and gradient pushes, are
-// staggered).
+// Which waiting transfer goes when the link has room: one whose turn came in the
+// earliest *turn*, where a channel's turn is how many channels its worker opened at
+// this gate before it (its n-th step here is turn n). Every step of a worker reads
+// from every PS, so a worker's n-th step is its n-th at every PS, and the turns give
+// every PS one worker order without a word between them: a worker is served at each
+// PS in the same turn, not first at one PS and last at another as arrival order would
+// (with several PS a worker finishes at its worst PS). Within a turn, with align on
+// (the default) the destination that has had the fewest handed back, so every worker
+// gets its k-th transfer before any gets its (k+1)-th; with align off the lowest task
+// index first, so the workers are served one after the other (their pulls, and so
+// their compute and gradient pushes, are staggered), in the same order at every PS.
 // Work conservation (opt-in, conserve_after_s >= 0, with pacing): a strict order holds
 // the link idle while the transfer whose turn came has not been requested yet (on a
 // fast link the workers' requests, not the wire, set the pace, and every enforced
 // order measured slower than none). With it on, once the link has been idle and a
 // ready transfer has waited conserve_after_s, the waiter with the earliest priority of
-// the oldest step goes out of turn (it counts as handed back; the record shows it as
+// the earliest turn goes out of turn (it counts as handed back; the record shows it as
 // reordered), so the order only holds while the link has work.
 // Never waits forever: when the counter stands still for skip_after_s while a later
 // transfer waits, the transfer it waits for is skipped ("slow" if its request came,
@@ -59,6 +63,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -107,6 +112,8 @@ Key ParseRendezvousKey(const std::string& key);
 // "/job:worker/replica:0/task:3/device:GPU:1" -> "/job:worker/replica:0/task:3": one
 // worker is one task (graph/tf/naming.py:worker_of).
 std::string WorkerOf(const std::string& device);
+// "/job:worker/replica:0/task:12" -> 12; -1 where the name has no task index.
+int64_t TaskIndex(const std::string& worker);
 std::string SendingNodeName(const std::string& tensor);  // strips "^edge_\d+_"
 
 struct Installed;
@@ -240,9 +247,11 @@ class Gate {
   std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;
   std::map<std::pair<int64_t, std::string>, std::shared_ptr<Installed>> views_;
   std::unordered_map<std::string, int> absent_streak_;  // destination + "\n" + name
-  // Channels with waiters, oldest step first (what the paced service picks from), and
+  // Channels with waiters, earliest turn first (what the paced service picks from), and
   // channels with a skip timer: the hot paths never walk every live step.
-  std::map<std::pair<int64_t, std::string>, Channel*> waiting_;  // (step seq, destination)
+  // (turn, task index, step seq, destination): the paced service's order
+  std::map<std::tuple<int64_t, int64_t, int64_t, std::string>, Channel*> waiting_;
+  std::unordered_map<std::string, int64_t> dest_turns_;  // destination -> channels opened
   std::unordered_set<Channel*> armed_;
   // Finished (step, destination) channels, for a request that comes after its channel
   // finished: (steady time, key) oldest first, and the keys.
