@@ -14,7 +14,7 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 banner='oneDNN custom operations are on|All log messages before absl::InitializeLog|cpu_feature_guard|rebuild TensorFlow with the appropriate compiler flags|To enable the following instructions'
 status=0
 .venv/bin/python examples/keras_ps_train.py --steps 400 --tictac_check_rounds=2 \
-  --tictac_check_block_steps=40 "$@" \
+  --tictac_check_block_steps=20 "$@" \
   2> >(grep -Ev "$banner" >&2) || status=$?
 wait
 exit "$status"

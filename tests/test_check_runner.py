@@ -260,8 +260,9 @@ def test_a_process_that_does_not_install_never_touches_the_gate(gate):
 
 def test_blocks_dispatch_block_steps_for_each_worker(gate):
     """Under ParameterServerStrategy the loop's steps are spread over the workers: a
-    block dispatches block_steps x workers of them."""
-    h = Harness(gate)
+    block dispatches block_steps x workers of them, and the check comes again after
+    recheck_every x workers."""
+    h = Harness(gate, recheck_every=5)
     c = candidates()
     h.runner.switched("tic", c, workers=3)
     assert h.runner.plan.workers == 3
@@ -273,3 +274,10 @@ def test_blocks_dispatch_block_steps_for_each_worker(gate):
         seen.append(h.runner.want)
     assert seen[:3 * BLOCK] == ["tic"] * (3 * BLOCK)
     assert seen[3 * BLOCK:] == [None] * (3 * BLOCK)
+    for _ in range(h.runner.plan.total_steps - len(seen) + 1):  # the decision
+        h.runner.step_dispatched()
+    assert not h.runner.running
+    for i in range(3 * 5):
+        assert not h.runner.running, i
+        h.runner.step_dispatched()
+    assert h.runner.running and h.lines[-1] == "re-checking after 15 steps"

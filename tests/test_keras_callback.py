@@ -48,15 +48,16 @@ def quiet(stderr: str) -> None:
 def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_follows_it(
         tmp_path):
     n = 12
-    # The check: TIC and TAC (fit measures compute times), 2 rounds of 2 x 8-step block
-    # pairs each: 64 steps after the 12 profiled ones.
+    # The check: TIC and TAC (fit measures compute times), 2 rounds of 2 block pairs of
+    # 4 steps per worker (8 dispatched over the 2 workers): 64 steps after the 12
+    # profiled ones.
     # The switch (with the compute profile, seconds) runs while fit goes on in
     # TensorFlow's order: on this machine 5-6 s, some 230 of these ~25 ms steps, more
     # on a slower one. 600 steps leave the check's 64 (and scheduled steps after them)
     # room after even a switch twice that long; at 300 a slow switch cut the check short
     # and left a worker with 4 steps in TensorFlow's order.
     out = run_example("--steps=600", "--steps_per_epoch=30", f"--tictac_profile_steps={n}",
-                      "--tictac_check_rounds=2", "--tictac_check_block_steps=8",
+                      "--tictac_check_rounds=2", "--tictac_check_block_steps=4",
                       f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     quiet(out.stderr)
@@ -122,12 +123,13 @@ def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_q
     if not ok:
         pytest.skip(f"no shaped network here: {why}")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    # 10 profiled steps, then the check: TIC and TAC, 2 rounds of 2 x 8-step block pairs
-    # (64 steps), so that every worker has a (TicTac, TensorFlow) pair per candidate.
+    # 10 profiled steps, then the check: TIC and TAC, 2 rounds of 2 block pairs of 4
+    # steps per worker (64 steps), so that every worker has a (TicTac, TensorFlow) pair
+    # per candidate.
     out = subprocess.run([sys.executable, EXAMPLE, "--network=shaped", "--model=cnn",
                           "--batch_size=32", "--rate=1gbit", "--steps=90",
                           "--tictac_profile_steps=10", "--tictac_check_rounds=2",
-                          "--tictac_check_block_steps=8", f"--log_dir={tmp_path / 'tb'}"],
+                          "--tictac_check_block_steps=4", f"--log_dir={tmp_path / 'tb'}"],
                          capture_output=True, text=True, timeout=400, cwd=ROOT, env=env)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     quiet(out.stderr)

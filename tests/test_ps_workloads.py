@@ -134,7 +134,7 @@ def test_the_tutorial_with_steps_per_execution_10_trains_in_tictacs_order(tmp_pa
     out, summary = run_workload(
         tmp_path, "--model=tutorial", "--ps=2", "--workers=2", f"--steps={steps}",
         "--steps_per_epoch=100", "--steps_per_execution=10", "--tictac_profile_steps=20",
-        "--tictac_check_rounds=1", "--tictac_check_block_steps=10",
+        "--tictac_check_rounds=1", "--tictac_check_block_steps=5",
         "--notictac_measure_compute")
     assert "[tictac] profiling 20 steps" in out.stdout, out.stdout
     assert "[tictac] installed on" in out.stdout, out.stdout

@@ -82,7 +82,8 @@ flags.DEFINE_integer(
     lower_bound=MIN_CHECK_BLOCK_STEPS)
 flags.DEFINE_integer(
     "tictac_recheck_every", DEFAULTS["recheck_every"],
-    "Run the order check again this many training steps after each decision, so a "
+    "Run the order check again this many training steps per worker after each "
+    "decision (under ParameterServerStrategy, this many times the workers), so a "
     "job whose best order changes (other load, another phase of training) follows it "
     "(default 5000; 0: check once).", lower_bound=0)
 flags.DEFINE_boolean(

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "without root or tc.")
     p.add_argument("--model", default=None,
                    help="resnet50, inceptionv3, vgg16, mobilenetv2, the PS workloads "
-                        "dlrm and transformer, or your own, PATH.py:FUNCTION, "
+                        "dlrm, transformer and cnn, or your own, PATH.py:FUNCTION, "
                         "FUNCTION(batch_size) returning (model, inputs, targets) "
                         "(bench/user_model.py); default resnet50, with --frontend fit "
                         "dlrm")

@@ -124,7 +124,8 @@ def text_table(result: Mapping[str, Any]) -> str:
     lines = [f"tictac bench --frontend fit: {model.get('label', cfg['model'])}, "
              f"{cfg['workers']} workers, {cfg['ps']} PS, batch {cfg['batch']}, {where}",
              f"  model compiled with {model.get('compiled_by')}; "
-             f"{cfg['rounds']} round(s) of {cfg['block_steps']}-step block pairs per order",
+             f"{cfg['rounds']} round(s) of block pairs of {cfg['block_steps']} steps per worker "
+             "per order",
              f"  stragglers {result['stragglers']}",
              f"  ratio = TensorFlow's median / the order's median per block pair "
              f"(> 1: faster); range over pairs",

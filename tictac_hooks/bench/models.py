@@ -137,5 +137,31 @@ def transformer(batch_size: int) -> tuple[Any, Any, Any]:
     return model, tokens[:, :-1], tokens[:, 1:]
 
 
-BUILDERS = {"dlrm": dlrm, "transformer": transformer}
-DEFAULT_BATCH = {"dlrm": 256, "transformer": 16}
+def cnn(batch_size: int) -> tuple[Any, Any, Any]:
+    """A small CNN (the main job's ``--model=cnn``, examples/keras_ps_train.py): three
+    convolutions and three dense layers, 5.6 MiB of parameters, most in the first
+    dense layer; 32x32x3 images, 10 classes. Not compiled: the bench's SGD and sparse
+    categorical cross-entropy on logits."""
+    import numpy as np
+    import tf_keras as keras
+    init = lambda: keras.initializers.GlorotUniform(seed=SEED)  # noqa: E731
+    model = keras.Sequential([
+        keras.Input((32, 32, 3)),
+        keras.layers.Conv2D(32, 3, activation="relu", kernel_initializer=init(), name="conv1"),
+        keras.layers.Conv2D(64, 3, strides=2, activation="relu", kernel_initializer=init(),
+                            name="conv2"),
+        keras.layers.Conv2D(64, 3, strides=2, activation="relu", kernel_initializer=init(),
+                            name="conv3"),
+        keras.layers.Flatten(name="flatten"),
+        keras.layers.Dense(512, activation="relu", kernel_initializer=init(), name="fc1"),
+        keras.layers.Dense(256, activation="relu", kernel_initializer=init(), name="fc2"),
+        keras.layers.Dense(10, kernel_initializer=init(), name="logits"),
+    ], name="cnn")
+    rng = np.random.default_rng(SEED)
+    inputs = rng.normal(size=(batch_size, 32, 32, 3)).astype("float32")
+    targets = rng.integers(0, 10, size=(batch_size,), dtype="int64")
+    return model, inputs, targets
+
+
+BUILDERS = {"dlrm": dlrm, "transformer": transformer, "cnn": cnn}
+DEFAULT_BATCH = {"dlrm": 256, "transformer": 16, "cnn": 32}

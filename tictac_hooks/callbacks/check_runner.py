@@ -1,7 +1,7 @@
 """The order check as it runs (the statistics are order_check.py's): after the switch,
 blocks of steps in a candidate order and in TensorFlow's by turns, each block's order
 installed (or cleared) at its boundary, a decision at the end, and the check again
-every ``recheck_every`` steps.
+every ``recheck_every`` steps per worker.
 
 The runner holds what the check asks the PSes to run (``want``), what its last decision
 kept (``decided``), what they run (``installed``) and whether it is suspended
@@ -30,7 +30,8 @@ class CheckRunner:
 
     Args:
       plan: the check's rounds and block steps (order_check.CheckPlan), or None.
-      recheck_every: steps after a decision until the check runs again (0: once).
+      recheck_every: steps per worker after a decision until the check runs again (0:
+        once); under ParameterServerStrategy that many times the workers are dispatched.
       installs: whether this process installs (only the chief does).
       join: waits until the dispatched steps ran (PSS: coordinator.join), or None.
       algorithm: the configured algorithm, when the check decides.
@@ -132,7 +133,7 @@ class CheckRunner:
     def step_dispatched(self) -> None:
         """The frontends call this once per step they dispatch after the switch: runs
         the order check's blocks (order_check.py), applies its decision, and starts the
-        check again every ``recheck_every`` steps."""
+        check again every ``recheck_every`` steps per worker."""
         if self.plan is None or not self.candidates:
             return
         if self.n >= 0:
@@ -144,7 +145,7 @@ class CheckRunner:
                 self._finish_check()
         elif self.recheck_every:
             self._since_decision += 1
-            if self._since_decision >= self.recheck_every:
+            if self._since_decision >= self.recheck_every * self.plan.workers:
                 self._say(f"re-checking after {self._since_decision} steps")
                 self._begin_check()
 

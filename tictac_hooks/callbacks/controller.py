@@ -379,7 +379,7 @@ class Controller:
             self.say(f"checking {names} against TensorFlow's order: {self.check.rounds} "
                      f"round{'s' if self.check.rounds > 1 else ''} of block pairs of "
                      f"{self.check.block_steps} steps per worker{per}"
-                     + (f", again every {self.settings.recheck_every} steps"
+                     + (f", again every {self.settings.recheck_every} steps per worker"
                         if self.settings.recheck_every else ""))
         return self.schedule
 

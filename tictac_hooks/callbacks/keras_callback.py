@@ -82,8 +82,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
       check_block_steps: training steps per worker per block of the check, >= 3
         (default 10, ``--tictac_check_block_steps``): a block dispatches this many
         times the workers; it ends with the call that reaches it.
-      recheck_every: run the check again this many training steps after each
-        decision, >= 0 (default 5000, ``--tictac_recheck_every``; 0: check once).
+      recheck_every: run the check again this many training steps per worker after
+        each decision, >= 0 (default 5000, ``--tictac_recheck_every``; 0: check once).
       align: how a PS shares its link among the workers of one step (``--tictac_align``):
         "on", each gets its k-th transfer before any its (k+1)-th; "off", one after the
         other; "auto" (default): off for fit, on for evaluate and predict.

@@ -21,7 +21,7 @@ Decision rule (stated, and the same everywhere): the candidate with the largest 
 paired ratio, over all its pairs of all workers, stays installed when that median is at
 least 1 (in the typical pair it is not slower than the default); otherwise the schedule
 is cleared and TensorFlow's order is kept. The controller repeats the check every
-``recheck_every`` steps. docs/ALGORITHMS.md, "The order check", says why.
+``recheck_every`` steps per worker. docs/ALGORITHMS.md, "The order check", says why.
 """
 
 from __future__ import annotations
