@@ -393,15 +393,6 @@ SCENARIOS = [reversed_order, unlisted_pass_straight_through, ready_before_its_tu
              a_loops_dead_exit_iteration_is_marked_dead]
 
 
-@pytest.fixture(scope="module")
-def gate_library():
-    from tictac_hooks.enforce.native.build import NativeBuildError, build
-    try:
-        return build(with_tensorflow=False, quiet=True).path
-    except NativeBuildError as e:
-        pytest.skip(f"no C++ toolchain for the native gate: {e}")
-
-
 def _fields_and_times_mean_one_thing(backend: str, raw: list[dict]) -> None:
     """Each backend writes only the fields of records/gate.py, and each time field means
     the same on both: arrive <= release, ready <= handback (release: the gate let it go;

@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from tictac_hooks.enforce.native.build import NativeBuildError, build
 from tictac_hooks.enforce.native.client import install_argument
 from tictac_hooks.graph.schedule import Schedule
 
@@ -23,11 +22,8 @@ def key(name, edge=1, dest=W0):
 
 
 @pytest.fixture(scope="module")
-def lib_path():
-    try:
-        return build(with_tensorflow=False, quiet=True).path
-    except NativeBuildError as e:
-        pytest.skip(f"no native gate here: {e}")
+def lib_path(gate_library):
+    return gate_library
 
 
 class Driver:

@@ -19,15 +19,6 @@ WORKERS, PS, TRANSFERS, ROUNDS = 256, 4, 8, 24
 FINISH_S = 0.3
 
 
-@pytest.fixture(scope="module")
-def gate_library():
-    from tictac_hooks.enforce.native.build import NativeBuildError, build
-    try:
-        return build(with_tensorflow=False, quiet=True).path
-    except NativeBuildError as e:
-        pytest.skip(f"no C++ toolchain for the native gate: {e}")
-
-
 def _key(ps: int, worker: int, name: str) -> str:
     return (f"/job:ps/replica:0/task:{ps};1;/job:worker/replica:0/task:{worker}"
             f"/device:CPU:0;edge_1_{name};0:0")
