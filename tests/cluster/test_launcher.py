@@ -90,3 +90,28 @@ def test_workers_and_ps_can_be_pinned_to_one_cpu_each():
         LocalCluster(num_ps=1, num_workers=1, worker_cpus={0: 10_000})
     with pytest.raises(ValueError, match="worker_cpus"):
         LocalCluster(num_ps=1, num_workers=1, worker_cpus={3: cpus[0]})
+
+
+def test_a_process_groups_cpu_and_memory_are_read_from_proc():
+    """cluster/usage.py: a child in a group of its own that burns CPU and holds 64 MiB
+    shows both; a group that does not exist reads as None."""
+    import subprocess
+    import sys
+    import time
+
+    from tictac_hooks.cluster.usage import group_usage
+    code = ("import time\nx = bytearray(64 << 20)\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.3: pass\ntime.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        usage = group_usage(child.pid)
+        while (usage is None or usage.cpu_s < 0.3) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            usage = group_usage(child.pid)
+        assert usage is not None and usage.cpu_s >= 0.3, usage
+        assert usage.rss_bytes >= 64 << 20 and usage.peak_rss_bytes >= usage.rss_bytes
+    finally:
+        child.kill()
+        child.wait()
+    assert group_usage(child.pid) is None
