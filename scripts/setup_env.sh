@@ -36,7 +36,13 @@ echo "[setup] creating .venv (TensorFlow CPU, tf_keras, Keras 3, tictac-hooks)" 
 # tf_keras declares a dependency on the full `tensorflow` wheel; tensorflow-cpu provides
 # the same module, so install it without its dependencies.
 .venv/bin/python -m pip install -q --no-deps "tf_keras==2.21.*"
-.venv/bin/python -m pip install -q --no-deps -e .
+# setup.cfg maps tictac_hooks.patches to patches/, so setuptools installs the editable
+# package with an import finder (its lenient mode; "compat" mode could not map patches/,
+# and "strict" mode prints a box of its own), and says so in an "Editable installation"
+# warning box: folders named like the package in the working directory may be imported
+# first. Here that folder is the package's own source, so the note is filtered out.
+PYTHONWARNINGS="ignore:Editable installation:UserWarning" \
+  .venv/bin/python -m pip install -q --no-deps -e .
 rm -f .venv/.tictac-setup-*
 touch "$stamp"
 prebuild

@@ -152,7 +152,9 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
           compute_workers: Sequence[int] = ()) -> Workload:
     """One graph: the model's variables on the PS tasks and, for each worker set, one
     tower per worker task of that set (the sets share the variables); with
-    ``compute_workers``, the compute reference (module docstring)."""
+    ``compute_workers``, the compute reference (module docstring). The graph is a
+    ``tf.Graph`` of its own (run it with ``tf.compat.v1.Session(graph=...)``); eager
+    execution is left as it was."""
     import os
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     import tensorflow as tf
@@ -162,7 +164,9 @@ def build(model: str, mode: str, worker_sets: Sequence[Sequence[int]], num_ps: i
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     source = user_model.resolve(model) if user_model.is_model_spec(model) else None
-    tf.compat.v1.disable_eager_execution()
+    # Graph mode inside this graph only: the process's eager mode stays as it was (a
+    # process-wide disable_eager_execution() broke eager work that came after, e.g.
+    # graph/tf/analyze's profiling); callers run the graph in a Session of their own.
     graph = tf.Graph()
     with graph.as_default():
         tf.compat.v1.set_random_seed(seed)
