@@ -35,7 +35,9 @@ def check_followed(summary_path, min_scheduled):
 
 def test_graph_mode_in_graph_replication_follows_the_order_and_trains_the_same(tmp_path):
     common = ["--steps=30", "--tictac_profile_steps=8"]
-    out = run("graph_mode_train.py", *common, f"--log_dir={tmp_path / 'tb'}",
+    # the check's first TicTac block holds the 20 steps after the switch, on both towers
+    out = run("graph_mode_train.py", *common, "--tictac_check_block_steps=20",
+              f"--log_dir={tmp_path / 'tb'}",
               f"--summary_json={tmp_path / 's.json'}", f"--save_weights={tmp_path / 'a.npz'}")
     s = check_followed(tmp_path / "s.json", min_scheduled=30)
     assert len(s["workers"]) == 2  # each tower's worker got its own order

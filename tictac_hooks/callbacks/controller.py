@@ -107,10 +107,7 @@ class Controller:
         self.dispatched = 0  # training steps the loop dispatched
         # task ("worker:1") -> its address, to tell a dead worker from a slow one
         self.worker_addresses: dict[str, str] = {}
-        # The workers the loop's dispatched steps are spread over (PSS: every worker
-        # task; 1 where each dispatched step runs on every worker): the order check's
-        # blocks are this many times block_steps dispatched steps (order_check.py).
-        self.spread_over = 1
+        self.spread_over = 1  # workers the dispatched steps go to (CheckPlan.workers)
         self._probed: dict[str, float] = {}
 
     # --- the order check (check_runner.py) -----------------------------------------------
@@ -374,8 +371,8 @@ class Controller:
         if self.check is not None:
             self.runner.start()
             names = " and ".join(c.upper() for c in candidates)
-            per = (f" ({self.check.block_dispatched} dispatched over "
-                   f"{self.check.workers} workers)" if self.check.workers > 1 else "")
+            per = (f" ({self.check.block_dispatched} dispatched over {self.check.workers} "
+                   "workers)" if self.check.workers > 1 else "")
             self.say(f"checking {names} against TensorFlow's order: {self.check.rounds} "
                      f"round{'s' if self.check.rounds > 1 else ''} of block pairs of "
                      f"{self.check.block_steps} steps per worker{per}"
