@@ -50,8 +50,10 @@ def test_graph_mode_in_graph_replication_follows_the_order_and_trains_the_same(t
 
 
 def test_graph_mode_between_graph_every_worker_follows_the_chiefs_order(tmp_path):
+    # the check's first TicTac block holds the 20 steps after the switch, on each worker
     out = run("graph_mode_train.py", "--replication=between", "--steps=30",
-              "--tictac_profile_steps=8", f"--log_dir={tmp_path / 'tb'}",
+              "--tictac_profile_steps=8", "--tictac_check_block_steps=20",
+              f"--log_dir={tmp_path / 'tb'}",
               f"--summary_json={tmp_path / 's.json'}")
     assert "[worker 0]" in out.stdout and "[worker 1]" in out.stdout
     chief = check_followed(tmp_path / "s.json", min_scheduled=20)

@@ -125,9 +125,11 @@ def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_q
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     # 10 profiled steps, then the check: TIC and TAC, 2 rounds of 2 block pairs of 4
     # steps per worker (64 steps), so that every worker has a (TicTac, TensorFlow) pair
-    # per candidate.
+    # per candidate. The switch runs beside fit (its compute profile 5-10 s here, some
+    # 55-110 of these steps): 200 steps leave the check room after a slow one (at 90
+    # a 7.4 s switch left it 8 steps, and it could not decide).
     out = subprocess.run([sys.executable, EXAMPLE, "--network=shaped", "--model=cnn",
-                          "--batch_size=32", "--rate=1gbit", "--steps=90",
+                          "--batch_size=32", "--rate=1gbit", "--steps=200",
                           "--tictac_profile_steps=10", "--tictac_check_rounds=2",
                           "--tictac_check_block_steps=4", f"--log_dir={tmp_path / 'tb'}"],
                          capture_output=True, text=True, timeout=400, cwd=ROOT, env=env)
