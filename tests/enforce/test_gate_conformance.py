@@ -26,6 +26,7 @@ HISTORY = RECORDS_PER_WORKER * DEFAULT_WORKERS
 SRC = "/job:ps/replica:0/task:0/device:CPU:0"
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
 W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+W2 = "/job:worker/replica:0/task:2/device:CPU:0"
 
 
 def key(name: str, dest: str = W0, edge: int = 1, frame_iter: str = "0:0") -> str:
@@ -444,8 +445,9 @@ def test_evicting_an_old_step_hands_back_what_it_held(gate_library):
             driver.arrive("a1", 1, key("a"))
             driver.ready("a1")
             assert driver.handed == []  # held behind "ghost"
-            driver.arrive("a2", 2, key("a"))
-            driver.arrive("a3", 3, key("a"))  # a third step: step 1 is evicted
+            # (other workers' steps: one worker's next step would supersede step 1)
+            driver.arrive("a2", 2, key("a", W1))
+            driver.arrive("a3", 3, key("a", W2))  # a third step: step 1 is evicted
             time.sleep(0.05)
             assert driver.handed[:1] == ["a1"], driver.name
             (rec,) = [r for r in driver.records() if r["step_id"] == 1]
@@ -670,3 +672,34 @@ def test_native_stats_refuses_a_bad_cursor(gate_library):
         assert g.control("stats", "finished since=0")["dropped"] == 0
     finally:
         g.close()
+
+
+def test_a_step_its_worker_left_goes_when_the_worker_begins_another(gate_library):
+    """A worker killed mid-step and started again: its old step holds "b" for "a",
+    which never comes. Its first new step lets that go at once, marked superseded (not
+    first in turn, not after the skip bound), and runs in the order itself. A next
+    step that follows within the finish bound supersedes nothing (see the pacing
+    tests, whose workers queue steps back to back)."""
+    for driver in (PythonDriver(finish_after_s=FINISH_S, skip_after_s=30.0),
+                   NativeDriver(gate_library, finish_after_s=FINISH_S, skip_after_s=30.0)):
+        try:
+            driver.install(["a", "b"])
+            driver.arrive("old-b", 1, key("b"))
+            driver.ready("old-b")
+            time.sleep(FINISH_S * 2)
+            assert driver.handed == [], driver.name  # held: its worker may still want it
+            driver.arrive("new-a", 2, key("a"))
+            driver.ready("new-a")
+            driver.arrive("new-b", 2, key("b"))
+            driver.ready("new-b")
+            time.sleep(0.05)
+            assert driver.handed == ["old-b", "new-a", "new-b"], driver.name
+            time.sleep(FINISH_S * 3)
+            old, new = sorted(driver.read(0, active=False)["steps"],
+                              key=lambda r: r["step_id"])
+            assert [t.get("early") for t in old["transfers"]] == ["superseded"], old
+            assert not old["complete"] and new["complete"] and new["order"] == ["a", "b"]
+            totals = driver.totals()
+            assert totals["superseded_steps"] == totals["early_superseded"] == 1, totals
+        finally:
+            driver.close()

@@ -238,3 +238,36 @@ def test_every_ps_serves_the_workers_in_one_order_whatever_their_arrival(lib_pat
         d.gate.close()
     expected = [w for w in range(4) for _ in names] * 2  # turn 0 by task, then turn 1
     assert served[0] == served[1] == expected, served
+
+
+def test_a_worker_that_comes_back_is_served_in_its_turn_not_first(lib_path):
+    """Task 2 runs one step and is away (killed, restarted) while tasks 0 and 1 run six
+    each. Its turns would make it the earliest for five steps (served before everyone
+    while the link is busy); it comes back level with the others instead, and within
+    one turn the lowest task goes first (align off): 0, 1, then 2."""
+    d = Driver(lib_path)
+    d.gate.control("configure", "finish_after_s\t0.05\n")  # away: 10 x 0.05 s
+    d.install(["a"], pace_rate=1e6, window=0, align=False)
+    tasks = [f"/job:worker/replica:0/task:{t}/device:CPU:0" for t in range(3)]
+    steps = iter(range(1, 1000))
+
+    def handed(n):
+        deadline = time.monotonic() + 5.0
+        while len(d.handed) < n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return len(d.handed)
+
+    d.send(next(steps), "a", 10, dest=tasks[2])
+    for _ in range(6):  # 0.6 s: task 2 is away for more than 10 finish bounds
+        for t in (0, 1):
+            d.send(next(steps), "a", 10, dest=tasks[t])
+        time.sleep(0.1)
+    assert handed(13) == 13
+    # the chief's read fills the link for 50 ms: the three queue behind it
+    d.send(next(steps), "a", 50_000, dest="/job:chief/replica:0/task:0/device:CPU:0")
+    for t in (2, 1, 0):
+        d.send(next(steps), "a", 5_000, dest=tasks[t])
+    assert handed(17) == 17
+    assert [tasks.index(dest) for dest, _ in d.handed[-3:]] == [0, 1, 2], d.handed
+    assert d.gate.control("configure", "")["totals"]["rejoined"] == 1
+    d.gate.close()

@@ -43,6 +43,7 @@ import collections
 import dataclasses
 import heapq
 import itertools
+import secrets
 import time
 from typing import Any, Callable
 
@@ -51,7 +52,7 @@ from tictac_hooks.checks import check_window
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.tf.naming import worker_of
 from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, EVICTED, LATE, LISTED, PASS,
-                                  SLOW, STALE, TIMEOUT, UNEXPECTED, GateStats,
+                                  SLOW, STALE, SUPERSEDED, TIMEOUT, UNEXPECTED, GateStats,
                                   GateStep, SkipRecord, TransferRecord)
 
 # Ticket.state values: records.STATES (PASS, LISTED, LATE, UNEXPECTED, DUPLICATE).
@@ -312,6 +313,8 @@ class Gate:
         self.stale_after_s = checks.seconds("stale_after_s", stale_after_s)
         self.max_served_names = max_served_names
         self.clock = clock
+        # New in every gate: a PS restarted at the same address has another (GateStats).
+        self.instance = secrets.token_hex(8)
         self._installed: _Installed | None = None
         self._versions = itertools.count(1)
         self._seq = itertools.count()
@@ -324,6 +327,7 @@ class Gate:
         self._served_by_dest: dict[str, set[str]] = collections.defaultdict(set)
         self._views: dict[tuple[int, str], _Installed] = {}
         self._served_at_install: dict[str, set[str]] = {}
+        self._latest: dict[str, _Channel] = {}     # destination -> its newest channel
         self._absent_streak: dict[tuple[str, str], int] = {}  # (destination, name)
         self._sizes: dict[str, int] = {}   # response bytes per transfer name, last seen
         self.totals = collections.Counter()
@@ -535,7 +539,7 @@ class Gate:
         return max(0, oldest - 1 - since)
 
     def summary(self) -> dict[str, Any]:
-        return {"schedule_version": self.schedule_version,
+        return {"instance": self.instance, "schedule_version": self.schedule_version,
                 "algorithm": self._installed.algorithm if self._installed else None,
                 "expected": self._installed.size if self._installed else 0,
                 "window_bytes": self.window_bytes,
@@ -570,10 +574,24 @@ class Gate:
                 self.totals["evicted_steps"] += 1
         channel = chans.get(dest)
         if channel is None:
+            self._supersede(step_id, dest)
             channel = chans[dest] = _Channel(step_id, dest, self._view(step, dest),
                                              frame, iteration, key=step)
             channel.t_first = channel.t_last = now
+            self._latest[dest] = channel
         return channel
+
+    def _supersede(self, step_id: int, dest: str) -> None:
+        """A worker runs one step at a time: when it begins another step while its
+        previous one has held transfers here, quiet, for ``finish_after_s``, it left
+        that step (it was restarted, or the step was cancelled), so what that step
+        holds goes now, marked superseded, instead of waiting for its turn and the skip
+        bound (gate.cc's Supersede)."""
+        last = self._latest.get(dest)
+        if (last is not None and last.step_id != step_id and not last.finished
+                and last.live and self.clock() - last.t_last >= self.finish_after_s):
+            self.totals["superseded_steps"] += 1
+            self._finish(last, SUPERSEDED)
 
     def _sweep(self, now: float, force: bool = False) -> None:
         """Finishes every channel that is quiet: nothing held or in flight for

@@ -33,6 +33,7 @@ from tictac_hooks.records.gate import (  # noqa: F401
     LISTED,
     PASS,
     SHUTDOWN,
+    SUPERSEDED,
     SKIP_REASONS,
     SLOW,
     STALE,

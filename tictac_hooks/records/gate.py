@@ -38,7 +38,8 @@ SKIP_REASONS = (SLOW, TIMEOUT, ABSENT, CANCELLED)
 STALE = "stale"        # its channel was quiet for the stale bound with it unserved
 EVICTED = "evicted"    # more steps were live than the gate's memory bound
 SHUTDOWN = "shutdown"  # the gate closed
-EARLY_REASONS = (STALE, EVICTED, SHUTDOWN)
+SUPERSEDED = "superseded"  # its worker began another step: it left this one (restarted)
+EARLY_REASONS = (STALE, EVICTED, SHUTDOWN, SUPERSEDED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +256,9 @@ class GateStats:
     dropped: int = 0               # records after ``since`` the history bound let go
     device: str = ""               # native: the PS device its control ops run on
     upstream: str = ""             # proxy: the PS it forwards to
+    # The gate's own identity, new in every process that runs one: a PS restarted at
+    # the same address answers with another (its order, counters and records are gone).
+    instance: str = ""
 
     def to_json(self, steps: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -269,7 +273,7 @@ class GateStats:
                 out[key] = getattr(self, key)
         if self.since is not None:
             out["last_seq"], out["dropped"] = self.last_seq, self.dropped
-        for key in ("device", "upstream"):
+        for key in ("device", "upstream", "instance"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         if steps:
@@ -302,7 +306,8 @@ class GateStats:
                    history_limit=opt("history_limit", int),
                    finish_after_s=opt("finish_after_s", float), since=opt("since", int),
                    last_seq=int(d.get("last_seq", 0)), dropped=int(d.get("dropped", 0)),
-                   device=str(d.get("device") or ""), upstream=str(d.get("upstream") or ""))
+                   device=str(d.get("device") or ""), upstream=str(d.get("upstream") or ""),
+                   instance=str(d.get("instance") or ""))
 
 
 def served_sizes(record: GateStep) -> dict[str, int]:

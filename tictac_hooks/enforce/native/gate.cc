@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <sstream>
 
 namespace tictac {
@@ -290,6 +291,10 @@ struct Channel {
 };
 
 Gate::Gate(Options options) : opt_(options) {
+  std::random_device rd;
+  char id[17];
+  std::snprintf(id, sizeof id, "%08x%08x", rd(), rd());
+  instance_ = id;
   timer_ = std::thread([this] { TimerLoop(); });
 }
 
@@ -526,7 +531,7 @@ TicketPtr Gate::Arrive(int64_t step_id, const std::string& rendezvous_key) {
       // at 0 that would wait on every name the step already had.
       totals_["after_finish"] += 1;
     } else {
-      ArriveOn(GetChannel(step_key, key.dest, now, &runs), step_id, key, steady, t);
+      ArriveOn(GetChannel(step_key, step_id, key.dest, now, &runs), step_id, key, steady, t);
     }
   }
   RunAll(&runs);
@@ -625,7 +630,7 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
 
 std::string Gate::SummaryLocked() {
   std::ostringstream o;
-  o << "{\"backend\":\"native\",\"schedule_version\":"
+  o << "{\"backend\":\"native\",\"instance\":\"" << instance_ << "\",\"schedule_version\":"
     << (installed_ ? std::to_string(installed_->version) : "null")
     << ",\"algorithm\":" << (installed_ ? JsonStr(installed_->algorithm) : "null")
     << ",\"expected\":" << (installed_ ? installed_->size() : 0)
@@ -713,8 +718,8 @@ std::string Gate::ServedJson() {
 
 // -- internals ------------------------------------------------------------------------
 
-Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
-                          Runs* runs) {
+Channel* Gate::GetChannel(int64_t step_id, int64_t request_step_id, const std::string& dest,
+                          double now, Runs* runs) {
   auto sit = steps_.find(step_id);
   if (sit == steps_.end()) {
     // A step binds to the schedule current at its first transfer (atomic install).
@@ -738,10 +743,13 @@ Channel* Gate::GetChannel(int64_t step_id, const std::string& dest, double now,
   auto& chans = sit->second;
   auto cit = chans.find(dest);
   if (cit == chans.end()) {
+    const double steady = SteadyNow();
+    Supersede(dest, request_step_id, runs);
     auto ch = std::make_unique<Channel>();
     ch->step_id = step_id;
     ch->step_seq = step_seq_[step_id];
-    ch->turn = dest_turns_[dest]++;
+    ch->turn = TurnOf(dest, steady);
+    dest_opened_[dest] = Opened{steady, request_step_id, step_id};
     ch->task = TaskIndex(dest);
     ch->dest = dest;
     ch->installed = View(step_id, dest);
@@ -918,6 +926,53 @@ void Gate::Finish(Channel* ch, Runs* runs, const char* early) {
   while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();
   std::string key = std::to_string(ch->step_id) + "\n" + ch->dest;
   if (finished_.insert(key).second) finished_order_.emplace_back(SteadyNow(), std::move(key));
+}
+
+// A worker runs one step at a time: when it begins another step while its previous one
+// has held transfers here, quiet, for finish_after_s, it left that step (it was
+// restarted, or the step was cancelled), so what that step holds goes now, marked
+// superseded, instead of waiting for its turn (the earliest, being the oldest) and the
+// skip bound. (A worker still in that step waits for what is held: it opens no other.)
+void Gate::Supersede(const std::string& dest, int64_t step_id, Runs* runs) {
+  auto last = dest_opened_.find(dest);
+  if (last == dest_opened_.end() || last->second.step_id == step_id) return;
+  auto sit = steps_.find(last->second.key);
+  if (sit == steps_.end()) return;
+  auto cit = sit->second.find(dest);
+  if (cit == sit->second.end()) return;
+  Channel* prev = cit->second.get();
+  if (prev->finished || (prev->waiters.empty() && prev->inflight == 0) ||
+      SteadyNow() - prev->t_last < opt_.finish_after_s)
+    return;
+  totals_["superseded_steps"] += 1;
+  Finish(prev, runs, "superseded");
+}
+
+// A channel's turn: how many channels its destination opened here before it, except
+// for a worker that comes back (none opened for kRejoinAfterFinishes finish bounds):
+// its turns start level with the fewest of its job's tasks that went on meanwhile, so
+// it is served in turn from its first new step, not first for as many steps as it
+// missed. Every PS sees the same gap and the same counts, so they still serve one
+// worker order.
+int64_t Gate::TurnOf(const std::string& dest, double steady) {
+  int64_t& count = dest_turns_[dest];
+  const double away = kRejoinAfterFinishes * opt_.finish_after_s;
+  auto last = dest_opened_.find(dest);
+  if (last != dest_opened_.end() && steady - last->second.at > away) {
+    const std::string job = dest.substr(0, dest.find("/replica:"));
+    int64_t level = -1;
+    for (const auto& [other, opened] : dest_opened_) {
+      if (other == dest || steady - opened.at > away || other.rfind(job + "/", 0) != 0)
+        continue;  // (the same job: a chief's occasional reads count no turns)
+      const int64_t n = dest_turns_[other];
+      level = level < 0 ? n : std::min(level, n);
+    }
+    if (level > count) {
+      totals_["rejoined"] += 1;
+      count = level;
+    }
+  }
+  return count++;
 }
 
 void Gate::TimerLoop() {

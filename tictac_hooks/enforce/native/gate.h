@@ -94,6 +94,11 @@ struct Options {
   double conserve_after_s = -1;     // work conservation (see above); < 0: off
 };
 
+// A worker that opens no step here for this many finish bounds (finish_after_s) and
+// then opens one comes back (it was preempted and restarted): its turns start level
+// with the workers that went on (Gate::TurnOf).
+constexpr double kRejoinAfterFinishes = 10;
+
 // One schedule entry: transfer name and its global priority.
 using Entry = std::pair<std::string, int>;
 
@@ -195,10 +200,14 @@ class Gate {
  private:
   using Runs = std::vector<HandBack>;
   double Now() const;
-  Channel* GetChannel(int64_t step_id, const std::string& dest, double now, Runs* runs);
+  // `step_id` is the gate's key of the step, `request_step_id` the request's step id.
+  Channel* GetChannel(int64_t step_id, int64_t request_step_id, const std::string& dest,
+                      double now, Runs* runs);
   void ArriveOn(Channel* ch, int64_t step_id, const Key& key, double steady,
                 const TicketPtr& t);
   std::shared_ptr<Installed> View(int64_t step_id, const std::string& dest);
+  int64_t TurnOf(const std::string& dest, double steady);  // kRejoinAfterFinishes
+  void Supersede(const std::string& dest, int64_t step_id, Runs* runs);
   void HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs);
   void HandBackFront(Channel* ch, Runs* runs);  // the first of ch's waiters, now
   void Skip(Channel* ch, const std::string& name, const char* reason);
@@ -252,6 +261,13 @@ class Gate {
   // (turn, task index, step seq, destination): the paced service's order
   std::map<std::tuple<int64_t, int64_t, int64_t, std::string>, Channel*> waiting_;
   std::unordered_map<std::string, int64_t> dest_turns_;  // destination -> channels opened
+  // destination -> (steady time, request step id, gate step key) of its newest channel
+  struct Opened {
+    double at;
+    int64_t step_id, key;
+  };
+  std::unordered_map<std::string, Opened> dest_opened_;
+  std::string instance_;  // new in every gate: a restarted PS answers with another
   std::unordered_set<Channel*> armed_;
   // Finished (step, destination) channels, for a request that comes after its channel
   // finished: (steady time, key) oldest first, and the keys.
