@@ -185,7 +185,7 @@ class _Channel:
     __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
                  "arrived", "handed", "skipped", "timer", "t_first", "finished",
                  "released", "rcursor", "inflight", "tensors", "frame", "iteration",
-                 "key", "t_last", "live")
+                 "key", "t_last", "live", "served")
 
     def __init__(self, step_id: int, dest: str, installed: _Installed | None,
                  frame: int = 0, iteration: int = 0, key: Any = None) -> None:
@@ -193,6 +193,7 @@ class _Channel:
         self.key = key                     # the gate's key of its step
         self.t_last = 0.0                  # its last arrival or hand-back (gate clock)
         self.live: set[Ticket] = set()     # arrived, not yet handed back or abandoned
+        self.served: set[str] = set()      # names it served (the gate's once finished)
         self.dest = dest
         self.frame = frame
         self.iteration = iteration
@@ -325,6 +326,9 @@ class Gate:
         self._dest_records: dict[str, int] = {}    # destination -> its last worker_seq
         self._served: set[str] = set()
         self._served_by_dest: dict[str, set[str]] = collections.defaultdict(set)
+        # What finished (whole) steps served: what an install restricts the order to.
+        self._whole: set[str] = set()
+        self._whole_by_dest: dict[str, set[str]] = collections.defaultdict(set)
         self._views: dict[tuple[int, str], _Installed] = {}
         self._served_at_install: dict[str, set[str]] = {}
         self._latest: dict[str, _Channel] = {}     # destination -> its newest channel
@@ -348,17 +352,18 @@ class Gate:
             self.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
         if window_bytes is not None:
             self.window_bytes = check_window(window_bytes)
-        served = set(self._served)
+        self._sweep(self.clock(), force=True)  # quiet steps are whole (gate.cc: timer)
+        whole = self._whole  # what whole (finished) steps served
         names = set(schedule.order)
-        expected = names & served if served else names
-        unmatched = tuple(n for n in schedule.order if served and n not in served)
+        expected = names & whole if whole else names
+        unmatched = tuple(n for n in schedule.order if whole and n not in whole)
         self._installed = _Installed(next(self._versions), schedule, expected)
-        # What each destination had been served when the schedule was installed.
-        self._served_at_install = {d: set(n) for d, n in self._served_by_dest.items()}
+        # What each destination had been served in whole steps when it was installed.
+        self._served_at_install = {d: set(n) for d, n in self._whole_by_dest.items()}
         self._views.clear()
         self._absent_streak.clear()
         return InstallResult(self._installed.version, len(schedule), len(expected),
-                             unmatched, len(served))
+                             unmatched, len(self._served))
 
     def clear(self) -> int:
         """Removes the schedule; steps that start from now on pass straight through."""
@@ -400,9 +405,11 @@ class Gate:
         room = len(self._served) < self.max_served_names
         if tensor and tensor != name:
             first = channel.tensors.setdefault(name, tensor)
-            if first != tensor and room:
-                self._served.update((first, tensor))
-                self._served_by_dest[dest].update((first, tensor))
+            if first != tensor:
+                if room:
+                    self._served.update((first, tensor))
+                    self._served_by_dest[dest].update((first, tensor))
+                channel.served.update((first, tensor))
             if channel.installed is not None and tensor in channel.installed.priority:
                 name = tensor
         ticket = Ticket(step_id, dest, name, now)
@@ -411,6 +418,7 @@ class Gate:
         if room:
             self._served.add(name)
             self._served_by_dest[dest].add(name)
+        channel.served.add(name)
         ticket.channel = channel
         channel.live.add(ticket)
         installed = channel.installed
@@ -747,6 +755,16 @@ class Gate:
             self.totals[f"early_{why}"] += 1
         channel.live.clear()
         channel.finished = True
+        # An install restricts each destination's order to what whole steps served:
+        # half a step (a PS restarted mid-step, a worker's first step) would leave the
+        # rest of the step unexpected for as long as the install holds. (A step let go
+        # early, e.g. superseded, may be half a step: its names do not count.)
+        for name in () if early else channel.served:
+            if len(self._whole) >= self.max_served_names:
+                break
+            self._whole.add(name)
+            self._whole_by_dest[channel.dest].add(name)
+        channel.served.clear()
         self._last_seq += 1
         worker_seq = self._dest_records[channel.dest] = \
             self._dest_records.get(channel.dest, 0) + 1

@@ -202,6 +202,7 @@ struct Channel {
   std::vector<Skipped> skipped;
   std::vector<TicketPtr> all;  // every ticket, detached when the channel finishes
   std::unordered_map<std::string, std::string> tensors;  // node -> first tensor name
+  std::unordered_set<std::string> served;  // names it served (the gate's once finished)
   double deadline = 0;  // steady clock; 0: no timer
   double t_first = 0;
   double t_last = 0;    // steady clock: its last arrival, response or hand-back
@@ -351,11 +352,11 @@ std::string Gate::Install(const std::string& algorithm, const std::vector<Entry>
   std::unordered_set<std::string> expected;
   std::vector<std::string> unmatched;
   for (const auto& [name, p] : order) {
-    if (served_.empty() || served_.count(name)) expected.insert(name);
+    if (whole_.empty() || whole_.count(name)) expected.insert(name);
     else unmatched.push_back(name);
   }
   installed_ = Installed::Make(next_version_++, algorithm, order, expected);
-  served_at_install_ = served_by_dest_;
+  served_at_install_ = whole_by_dest_;
   views_.clear();
   absent_streak_.clear();
   std::ostringstream o;
@@ -553,11 +554,15 @@ void Gate::ArriveOn(Channel* ch, int64_t step_id, const Key& key, double steady,
     // both full names count as served, and a schedule listing a full name orders
     // that copy by it.
     auto it = ch->tensors.emplace(key.name, key.tensor).first;
-    if (it->second != key.tensor && room) {
-      served_.insert(it->second);
-      served_.insert(key.tensor);
-      by_dest.insert(it->second);
-      by_dest.insert(key.tensor);
+    if (it->second != key.tensor) {
+      if (room) {
+        served_.insert(it->second);
+        served_.insert(key.tensor);
+        by_dest.insert(it->second);
+        by_dest.insert(key.tensor);
+      }
+      ch->served.insert(it->second);
+      ch->served.insert(key.tensor);
     }
     if (ch->installed && ch->installed->priority.count(key.tensor)) name = key.tensor;
   }
@@ -565,6 +570,7 @@ void Gate::ArriveOn(Channel* ch, int64_t step_id, const Key& key, double steady,
     served_.insert(name);
     by_dest.insert(name);
   }
+  ch->served.insert(name);
   t->name = name;
   if (key.tensor != name) t->tensor = key.tensor;
   t->channel = ch;
@@ -921,6 +927,17 @@ void Gate::Finish(Channel* ch, Runs* runs, const char* early) {
   ch->all.clear();
   ch->inflight = 0;  // what was in flight is in the record, marked early
   ch->finished = true;
+  // An install restricts each destination's order to what whole steps served
+  // (Install, View): half a step (a PS restarted mid-step, a worker's first step)
+  // would leave the rest of the step unexpected for as long as the install holds.
+  // (A step let go early, e.g. superseded, may be half a step: its names do not count.)
+  auto& whole = whole_by_dest_[ch->dest];
+  for (const auto& name : early ? std::unordered_set<std::string>() : ch->served) {
+    if (whole_.size() >= opt_.max_served_names) break;
+    whole_.insert(name);
+    whole.insert(name);
+  }
+  ch->served.clear();
   const int64_t seq = ++last_record_seq_;
   history_.emplace_back(seq, Numbered(seq, ++dest_records_[ch->dest], ch->Record()));
   while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();

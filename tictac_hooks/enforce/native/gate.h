@@ -253,6 +253,10 @@ class Gate {
   std::unordered_map<std::string, int64_t> dest_records_;  // destination -> worker_seq
   std::unordered_set<std::string> served_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_by_dest_;
+  // What finished (whole) steps served, overall and per destination: what an install
+  // restricts the order to (served_ also counts the steps still running).
+  std::unordered_set<std::string> whole_;
+  std::unordered_map<std::string, std::unordered_set<std::string>> whole_by_dest_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;
   std::map<std::pair<int64_t, std::string>, std::shared_ptr<Installed>> views_;
   std::unordered_map<std::string, int> absent_streak_;  // destination + "\n" + name
