@@ -41,6 +41,9 @@ flags.DEFINE_integer("seed", 7, "Random seed for weights and data.")
 flags.DEFINE_string("save_weights", None, "Write the trained weights here (.npz).")
 flags.DEFINE_string("summary_json", None, "Write TicTac's run summary here (JSON).")
 flags.DEFINE_boolean("tictac", True, "Add the TicTac callback (--notictac: plain fit).")
+flags.DEFINE_string("backup_dir", None, "Add BackupAndRestore with this directory: a job "
+                    "restarted after a PS loss resumes from it, and TicTac restores its "
+                    "order from it (no profiling).")
 flags.DEFINE_boolean("pacing", True, "On a shaped link, give TicTac the link's rate "
                      "(bandwidth=), so the native gate paces the transfers to it "
                      "(--nopacing: ordered, not paced; to measure what pacing does).")
@@ -113,9 +116,12 @@ def train(spec: dict) -> None:
                       steps_per_execution=FLAGS.steps_per_execution)
     tictac = TicTac(log_dir=log_dir, bandwidth=link_bandwidth() if FLAGS.pacing else None)
     epochs = max(1, FLAGS.steps // FLAGS.steps_per_epoch)
+    callbacks = [tictac] if FLAGS.tictac else []
+    if FLAGS.backup_dir:
+        callbacks.append(keras.callbacks.BackupAndRestore(FLAGS.backup_dir))
     history = model.fit(synthetic_dataset(tf, FLAGS.batch_size, FLAGS.seed, FLAGS.model),
                         epochs=epochs, steps_per_epoch=FLAGS.steps_per_epoch,
-                        callbacks=[tictac] if FLAGS.tictac else [], verbose=0)
+                        callbacks=callbacks, verbose=0)
     if FLAGS.save_weights:
         import numpy as np
         np.savez(FLAGS.save_weights, *model.get_weights())

@@ -24,6 +24,9 @@ def print_summary(tictac: Any, log_dir: str) -> None:
                     f"{hook['switch_in_background_ms'] / 1e3:.1f} s while fit went on "
                     "in TensorFlow's order"
                     + ("" if at is not None else "; fit ended before it was in place"))
+    if summary.get("restored_from"):
+        switched = (f"the order saved by an earlier run restored after "
+                    f"{hook.get('restored_at_step')} steps, without profiling")
     print(f"\nTicTac ({c.settings.algorithm}{kept}): {switched}; "
           f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
     if c.coverage is not None:

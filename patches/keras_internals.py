@@ -15,6 +15,8 @@ TensorFlow 2.21.
   of ``Model.metrics``) that it updates once per step with ``sample_weight`` = the
   batch's leading dimension: its ``count`` variable sums the examples of the epoch's
   steps so far (reset at each epoch's start).
+* tf_keras's ``BackupAndRestore`` keeps its state as ``model._training_state`` during
+  fit; that state's ``read_checkpoint_manager.directory`` is ``<backup_dir>/chief``.
 * tf_keras refuses batch-level callbacks under ParameterServerStrategy unless the
   callback sets ``_supports_tf_logs = True`` (it then gets the logs as RemoteValues,
   unsynchronised); TicTac's callback reads no logs, it only counts steps.
@@ -25,6 +27,7 @@ so an upstream change fails loudly.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 class KerasInternalsError(RuntimeError):
@@ -110,6 +113,19 @@ def examples_this_epoch(model: Any) -> float | None:
             except Exception:  # noqa: BLE001 - unreadable: no answer, not an error
                 return None
     return None
+
+
+def backup_dir(model: Any) -> str | None:
+    """The ``backup_dir`` of the ``BackupAndRestore`` callback fit runs with (None:
+    none). tf_keras's callback keeps its state as ``model._training_state`` from its
+    ``on_train_begin`` to its ``on_train_end``; the state's ``read_checkpoint_manager``
+    reads ``<backup_dir>/chief``."""
+    state = getattr(model, "_training_state", None)
+    manager = getattr(state, "read_checkpoint_manager", None)
+    directory = getattr(manager, "directory", None)
+    if not isinstance(directory, str) or not directory:
+        return None
+    return os.path.dirname(directory.rstrip("/"))
 
 
 def allow_batch_hooks_under_pss(callback: Any) -> None:

@@ -63,7 +63,8 @@ class Harness:
         self.joins, self.pauses, self.lines, self.results = 0, [], [], []
         self.runner = CheckRunner(
             plan, recheck_every, installs, self.join, algorithm=lambda: "tic",
-            install=lambda parts: planner.install(parts, [PS], 5.0, 0),
+            install=lambda parts, only=None: planner.install(parts, [PS], 5.0, 0,
+                                                             only=only),
             clear=lambda: clear_everywhere([PS]), poll=self.poll,
             mark_pause=lambda a, b: self.pauses.append((a, b)), say=self.lines.append,
             on_result=self.results.append)
@@ -281,3 +282,27 @@ def test_blocks_dispatch_block_steps_for_each_worker(gate):
         assert not h.runner.running, i
         h.runner.step_dispatched()
     assert h.runner.running and h.lines[-1] == "re-checking after 15 steps"
+
+
+def test_a_restarted_ps_gets_the_order_it_should_run_again_in_one_line():
+    """The PS restarted: a new gate at its address, with no order. restarted() installs
+    the order the runner has installed on it alone, and says so once; while the PS
+    cannot take it yet, each read tries again (one line, at the first)."""
+    h = Harness(Gate(skip_after_s=5.0, window_bytes=0), plan=None)
+    with inprocess.serve_in_process(PS, h.gate):
+        h.switch()
+    h.runner.restarted([PS])  # nothing answers at PS: it fails, and says so
+    assert h.runner.to_reinstall == {PS} and len(h.lines) == 1, h.lines
+    assert "installing the TIC order on it failed" in h.lines[0]
+    fresh = Gate(skip_after_s=5.0, window_bytes=0)
+    with inprocess.serve_in_process(PS, fresh):
+        h.gate = fresh
+        h.runner.restarted([])  # the next read: it answers now
+        assert h.running() == "tic" and h.runner.to_reinstall == set()
+        assert h.lines[1] == (f"the PS at {PS} was restarted (a new gate): the TIC "
+                              "order installed on it again")
+        # TensorFlow's order kept (e.g. by the check): nothing to install, one line
+        h.runner.want = None
+        h.runner._apply()
+        h.runner.restarted([PS])
+        assert h.running() is None and "runs TensorFlow's order" in h.lines[2]

@@ -496,65 +496,6 @@ def test_long_epochs_lose_no_step_record(tmp_path):
         assert len(times[run]) >= s["steps"] - sum(s["excluded"].values()), (run, s)
 
 
-def _processes(parent: int) -> dict[int, str]:
-    from tests.test_examples_faults import children
-    return children(parent)
-
-
-@pytest.mark.cluster
-def test_a_worker_killed_after_the_switch_is_named_once_and_the_counts_add_up(tmp_path):
-    import signal
-    import threading
-    import time
-    env = _env()
-    proc = subprocess.Popen([sys.executable, EXAMPLE, *QUICK, "--steps=600",
-                             "--steps_per_epoch=600", "--tictac_check_rounds=0",
-                             f"--summary_json={tmp_path / 's.json'}",
-                             f"--log_dir={tmp_path / 'tb'}"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),
-                              daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 200
-        while not any("[tictac] installed" in line for line in lines):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("".join(lines) + proc.stderr.read()[-3000:])
-            time.sleep(0.2)
-        time.sleep(2)
-        victims = [p for p, c in _processes(proc.pid).items()
-                   if "--job worker" in c and "--task-index 1" in c]
-        assert victims, _processes(proc.pid)
-        for pid in victims:
-            os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=400)
-        reader.join(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    out = "".join(lines)
-    err = proc.stderr.read()
-    assert proc.returncode == 0, out[-3000:] + err[-3000:]
-    lost = [line for line in out.splitlines() if " lost: " in line]
-    assert len(lost) == 1 and lost[0].startswith("[tictac] worker_1 "), out
-    summary = json.loads((tmp_path / "s.json").read_text())
-    records = summary["records"]
-    print(f"\n{lost[0]}\n{records}")
-    w1 = next(s for w, s in summary["workers"].items() if w.endswith("/task:1"))
-    assert w1["unfinished"] == 1 and w1["lost"]["reason"].startswith("its task at"), w1
-    # Each training step once, where it finished: the killed worker's step that
-    # ParameterServerStrategy ran again on the survivor counts there (unfinished on
-    # the killed one); one it had finished counts where it ran.
-    assert records["worker_steps"] + records["missing"] == records["dispatched"] == 600, \
-        records
-    assert records["unfinished"] in (0, 1), records
-    order = summary["order"]
-    assert order["followed"] <= order["scheduled_steps"] <= records["worker_steps"]
-
-
 def test_a_model_whose_variable_list_cannot_be_read_costs_the_baseline_only(caplog,
                                                                            monkeypatch):
     """dag_of: if the declaration positions fail, one warning and the DAG without them

@@ -211,3 +211,37 @@ def test_the_timeline_is_written_as_records_are_read_and_the_logs_hold_the_summa
     reading.write_logs(str(tmp_path / "logs"), {"records": {"dispatched": 1}})
     summary = json.loads((tmp_path / "logs" / "tictac_summary.json").read_text())
     assert summary == {"records": {"dispatched": 1}}
+
+
+def test_a_restarted_ps_is_found_by_its_gate_id_and_read_from_its_first_record():
+    """A PS restarted at the same address answers with another gate id: the read says
+    so (CursorRead.restarted) and reads the new gate's records from its first, even
+    when it has numbered as many records as the old one had (no number went back)."""
+    address = f"127.0.0.1:{free_port()}"
+    cursor = RecordCursor([address])
+    old = Gate(skip_after_s=5.0, window_bytes=0, finish_after_s=0.01)
+    with inprocess.serve_in_process(address, old):
+        cursor.start()
+        for _ in range(2):
+            one_step(old, address)
+        read = cursor.read()
+        assert len(read.steps) == 2 and read.restarted == ()
+    new = Gate(skip_after_s=5.0, window_bytes=0, finish_after_s=0.01)
+    with inprocess.serve_in_process(address, new):
+        for _ in range(3):
+            one_step(new, address)
+        read = cursor.read()
+        assert read.restarted == (address,) and cursor.restarts[address] == 1
+        assert [s.seq for s in read.steps] == [1, 2, 3]  # its own, from the first
+        assert cursor.read().restarted == ()
+    cursor.close()
+
+
+def one_step(gate: Gate, address: str) -> None:
+    with inprocess.gate_lock(address):
+        ticket = gate.arrive(next(IDS), W0, "a")
+        assert gate.request(ticket) is None
+        ticket.nbytes = 100
+        gate.completed(ticket)
+        gate.handed_back(ticket)
+    time.sleep(0.03)  # quiet: its record is finished

@@ -174,3 +174,23 @@ def test_records_between_two_steps_cost_their_distance_not_the_history():
     assert numbers.count_between(9_000, 9_010) == 5
     assert numbers.count_between(0, 3) == 0  # let go
     assert numbers.count_between(0, 1 << 40) == len(numbers._set) == steplog._KEEP_RECEIVED
+
+
+def test_a_step_counts_as_scheduled_only_where_every_ps_that_carries_the_order_ran_it():
+    """Two PS carry the order; ps:1 was restarted and runs TensorFlow's order until it
+    is given the order again: its steps meanwhile are partly ordered, neither scheduled
+    nor in the medians. A PS the order has no transfer on does not count."""
+    log = StepLog()
+    log.switched_at = 0.5
+    log.ordered_ps = {"ps:0", "ps:1"}
+    for i, v1 in enumerate([1, None, None, 1, 1]):
+        t = 1.0 + i
+        log.add([rec(i + 1, t, ps="ps:0", seq=i + 1, version=1),
+                 rec(i + 1, t, ps="ps:1", seq=i + 1, version=v1),
+                 rec(i + 1, t, ps="ps:2", seq=i + 1)])  # no transfer of the order there
+    finalize(log, everything=True)
+    order, w0 = log.summary()["order"], log.summary()["workers"][W0]
+    assert order["partly_ordered"] == 2 and order["scheduled_steps"] == 3, order
+    assert w0["excluded"]["partly_ordered"] == 2 and w0["scheduled_steps"] == 1, w0
+    log.restarted("ps:1")  # its records are numbered from 1 again
+    assert not [k for k in log._received if k[0] == "ps:1"]

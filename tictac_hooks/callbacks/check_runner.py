@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from typing import Any, Callable, Sequence
 
@@ -35,7 +36,8 @@ class CheckRunner:
       installs: whether this process installs (only the chief does).
       join: waits until the dispatched steps ran (PSS: coordinator.join), or None.
       algorithm: the configured algorithm, when the check decides.
-      install: installs a candidate's parts on every PS (quietly).
+      install: installs a candidate's parts on every PS (quietly), or on the PSes of
+        its ``only`` keyword.
       clear: clears every PS (TensorFlow's order).
       poll: reads the PSes' records (which reach :meth:`recorded`).
       mark_pause: marks [start, end] as TicTac's own pause (no step time).
@@ -72,6 +74,10 @@ class CheckRunner:
         self.installed: str | None = None
         self.suspended = False       # validation inside fit: TF's own order
         self.holds = 0       # times the order check held the loop (joins, installs)
+        # PSes restarted (a new gate, no order) that still wait for theirs; what the
+        # PSes run changes under this lock (the reading thread finds restarts).
+        self.to_reinstall: set[str] = set()
+        self._lock = threading.RLock()
 
     @property
     def running(self) -> bool:
@@ -89,9 +95,19 @@ class CheckRunner:
                                               tuple(candidates), max(1, workers))
 
     def start(self) -> None:
-        """The check begins with the next dispatched step."""
-        if self.plan is not None:
-            self.n = 0
+        """The check begins with the next dispatched step; one line says what it runs."""
+        if self.plan is None:
+            return
+        self.n = 0
+        plan = self.plan
+        names = " and ".join(c.upper() for c in self.candidates)
+        per = (f" ({plan.block_dispatched} dispatched over {plan.workers} workers)"
+               if plan.workers > 1 else "")
+        self._say(f"checking {names} against TensorFlow's order: {plan.rounds} "
+                  f"round{'s' if plan.rounds > 1 else ''} of block pairs of "
+                  f"{plan.block_steps} steps per worker{per}"
+                  + (f", again every {self.recheck_every} steps per worker"
+                     if self.recheck_every else ""))
 
     def abandon(self) -> None:
         """The switch failed: no candidates, no check, TensorFlow's order on every PS."""
@@ -227,11 +243,43 @@ class CheckRunner:
     def _apply(self) -> None:
         """Installs the wanted candidate order, or clears the PSes for TensorFlow's, so
         that the PSes run what the check asks for, unless suspended (validation)."""
-        want = None if self.suspended else self.want
-        if not self.installs or not self.candidates or want == self.installed:
-            return
-        if want is not None:
-            self._install(self.candidates[want])
-        else:
-            self._clear()
-        self.installed = want
+        with self._lock:
+            want = None if self.suspended else self.want
+            if not self.installs or not self.candidates or want == self.installed:
+                return
+            if want is not None:
+                self._install(self.candidates[want])
+            else:
+                self._clear()
+            self.installed = want
+            self.to_reinstall.clear()
+
+    def restarted(self, addresses: Sequence[str]) -> None:
+        """PSes found restarted (a new gate: TensorFlow's order, no records of earlier
+        steps): the order the others run is installed on them again now, within the
+        read that found them, with one line; one that cannot take it yet is tried again
+        at the next read."""
+        with self._lock:
+            if addresses:
+                self.to_reinstall.update(addresses)
+                where = ", ".join(addresses)
+                if not self.installs or self.installed is None:
+                    self._say(f"the PS at {where} was restarted (a new gate); it runs "
+                              "TensorFlow's order, as every PS does now")
+                    self.to_reinstall.clear()
+                    return
+            pending = sorted(self.to_reinstall)
+            if not pending or not self.installs or self.installed is None:
+                return
+            try:
+                self._install(self.candidates[self.installed], only=pending)
+            except Exception as e:  # noqa: BLE001 - say it once, try at the next read
+                log.debug("TicTac: reinstalling on %s", pending, exc_info=True)
+                if addresses:
+                        self._say(f"the PS at {', '.join(pending)} was restarted; installing "
+                              f"the {self.installed.upper()} order on it failed ({e}): "
+                              "trying again at every read")
+                return
+            self.to_reinstall.clear()
+            self._say(f"the PS at {', '.join(pending)} was restarted (a new gate): the "
+                      f"{self.installed.upper()} order installed on it again")

@@ -9,12 +9,12 @@ The controller sequences these phases; the work is done beside it: settings.py (
 settings, and what each gate backend honours), planner.py (the DAG restricted to what
 the PSes served, timed for TAC, the per-PS install plan), check_runner.py (the order
 check's blocks and decision; order_check.py its statistics), reading.py (the records
-read on a thread of their own, lost workers, what was read).
+read on a thread of their own, lost workers, what was read), switching.py (the switch
+itself, or an order restored after a restart: saved_order.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import sys
@@ -27,16 +27,17 @@ from tictac_hooks.callbacks import settings as settings_mod
 from tictac_hooks.callbacks.check_runner import CheckRunner
 from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
 from tictac_hooks.callbacks.steplog import StepLog
+from tictac_hooks.callbacks.switching import Switching
 from tictac_hooks.callbacks.tensorboard import StepTimeWriter
 from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.dag import Graph
-from tictac_hooks.graph.schedule import Schedule, ScheduleError
+from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.records import CheckResult, WorkerStep
 
 log = logging.getLogger("tictac")
 
 
-class Controller:
+class Controller(Switching):
     """Talks to every PS's rendezvous; computes, installs and reports the schedule.
 
     Args:
@@ -62,7 +63,8 @@ class Controller:
         self.runner = CheckRunner(
             check if check.rounds and install else None, settings.recheck_every,
             install, join, algorithm=lambda: self.settings.algorithm,
-            install=lambda parts: self._install(parts, quiet=True), clear=self._clear,
+            install=lambda parts, only=None: self._install(parts, quiet=True, only=only),
+            clear=self._clear,
             poll=self.poll, mark_pause=self.mark_pause, say=self.say,
             on_result=self._decided_on)
         self.verbose = verbose
@@ -109,6 +111,11 @@ class Controller:
         self.worker_addresses: dict[str, str] = {}
         self.spread_over = 1  # workers the dispatched steps go to (CheckPlan.workers)
         self._probed: dict[str, float] = {}
+        # Where the order is saved for a job restart (saved_order.py; None: not saved),
+        # what it is valid for, and the file a restored order came from.
+        self.order_dir: str | None = None
+        self._fingerprint: str | None = None
+        self.restored_from: str | None = None
 
     # --- the order check (check_runner.py) -----------------------------------------------
     @property
@@ -147,6 +154,7 @@ class Controller:
             self.schedule = planner.merged(self.runner.candidates[self.runner.decided])
         if self._writer:
             self._writer.choice(result)
+        self._save_order()
 
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
@@ -219,6 +227,10 @@ class Controller:
                 log.warning("TicTac: %s dropped step records before they were read (its "
                             "history bound); the steps lost are counted as gaps",
                             ", ".join(f"{ps}: {n}" for ps, n in lost.items()))
+            for address in read.restarted:
+                self.steplog.restarted(address)
+            if read.restarted or self.runner.to_reinstall:
+                self.runner.restarted(read.restarted)
             self.steplog.add(read.steps)
             if self._timeline is not None:
                 self._timeline.add(read.steps, final=everything)
@@ -284,142 +296,6 @@ class Controller:
         oracle Time(recv) = bytes / rate when no bandwidth is given."""
         return self.steplog.best_link_rate
 
-    # --- the switch ---------------------------------------------------------------------
-    def switch(self, graphs: Graph | Mapping[str, Graph],
-               compute_times: Mapping[str, float] | None = None,
-               bandwidth: float | None = None, late: "set[str] | None" = None,
-               holds_loop: bool = True) -> Schedule | None:
-        """Computes the order and installs it on every PS.
-
-        ``graphs`` is the worker's DAG as traced, or one DAG per worker task when the
-        workers receive differently named transfers (in-graph replication); each worker
-        then gets its own order, and each PS enforces every worker's order for that
-        worker. Recvs the PSes never served while profiling become free compute ops
-        (PS-side reads). ``late`` names recvs that in TensorFlow depend on work done in
-        the same step (e.g. a read of a variable after an update the worker's gradient
-        feeds): they cannot be ready at the start of the step, so scheduling them early
-        would stall every transfer behind them; they are left unscheduled (they pass
-        the rendezvous straight through). ``compute_times`` (seconds per compute op) is
-        needed for TAC and for measured E. Returns the (merged) schedule, or None for
-        algorithm "none".
-        """
-        import time as _time
-        pause_start = _time.time()
-        self.poll()
-        if isinstance(graphs, Graph):
-            graphs = {"worker": graphs}
-        served = set().union(*self.served_transfers().values())
-        self._link_rate = bandwidth or self.link_rate()
-        if bandwidth:
-            self.pace_rate = float(bandwidth)
-        algorithm = self.settings.algorithm
-        if algorithm == "none":
-            self.say("algorithm 'none': profiling only, no schedule installed")
-            return None
-        late = set(late or ())
-        t0 = _time.perf_counter()
-        parts = None
-        if algorithm == "tac":
-            try:
-                parts = self._parts_for(algorithm, graphs, compute_times, served, late)
-            except TicTacSetupError as e:
-                algorithm = self._fall_back_to_tic(str(e))
-        if parts is None:
-            parts = self._parts_for(algorithm, graphs, compute_times, served, late)
-        candidates = {algorithm: parts}
-        self.schedule = planner.merged(parts)
-        self.coverage = coverage.measure(self.steplog.profiled_records(),
-                                         set(self.schedule.order))
-        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers "
-                 f"({self.coverage.phrase()}) computed in "
-                 f"{(_time.perf_counter() - t0) * 1e3:.0f} ms "
-                 f"({len(parts)} worker DAG{'s' if len(parts) > 1 else ''})")
-        short = coverage.warning(self.coverage, planner.why_unlisted(graphs, late))
-        if short:
-            log.warning("TicTac: %s", short)
-        if self.check is not None:
-            # The check also tries the other algorithm where it can be computed (TAC
-            # needs measured compute times and transfer sizes).
-            other = {"tic": "tac", "tac": "tic"}[algorithm]
-            try:
-                candidates[other] = self._parts_for(other, graphs, compute_times, served,
-                                                    late)
-            except (TicTacSetupError, ScheduleError) as e:
-                self.say(f"the order check tries {algorithm.upper()} only: "
-                         f"{other.upper()} is off ({e})")
-                self.check_off[other] = str(e)
-            for label, name in self.check_extra.items():
-                if label in candidates:
-                    continue
-                try:
-                    candidates[label] = [
-                        (g, dataclasses.replace(s, algorithm=label)) for g, s in
-                        self._parts_for(name, graphs, compute_times, served, late)]
-                except (TicTacSetupError, ValueError) as e:  # ScheduleError included
-                    self.check_off[label] = str(e)
-                    self.say(f"the order check leaves {label} out: {e}")
-        self.runner.switched(algorithm, candidates, self.spread_over)
-        if self.installs:
-            self._install(parts)
-            self.runner.installed = algorithm
-        self.steplog.switched_at = _time.time()
-        if holds_loop:
-            self.mark_pause(pause_start, _time.time())
-        if self._writer:
-            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses),
-                                  self.coverage.phrase(), self.coverage.bytes_share)
-        if self.check is not None:
-            self.runner.start()
-            names = " and ".join(c.upper() for c in candidates)
-            per = (f" ({self.check.block_dispatched} dispatched over {self.check.workers} "
-                   "workers)" if self.check.workers > 1 else "")
-            self.say(f"checking {names} against TensorFlow's order: {self.check.rounds} "
-                     f"round{'s' if self.check.rounds > 1 else ''} of block pairs of "
-                     f"{self.check.block_steps} steps per worker{per}"
-                     + (f", again every {self.settings.recheck_every} steps per worker"
-                        if self.settings.recheck_every else ""))
-        return self.schedule
-
-    def not_ordered(self, error: BaseException) -> None:
-        """The switch failed: one line saying why, TensorFlow's order stays on every PS
-        (nothing was installed, or it is cleared), no order check; training goes on."""
-        reason = str(error) or type(error).__name__
-        if not isinstance(error, (ScheduleError, TicTacSetupError)):
-            reason = f"{type(error).__name__}: {reason}"
-        self.not_ordered_reason = reason
-        self.schedule = None
-        self.runner.abandon()
-        log.debug("TicTac: the switch failed", exc_info=error)
-        self.say(f"TensorFlow's own transfer order kept, training goes on: {reason}")
-
-    def _fall_back_to_tic(self, reason: str) -> str:
-        """TAC cannot run (no compute profile, no transfer times): TIC for this run.
-        Said in one line, unless the failed profile already said it."""
-        self.tac_off = reason
-        self.settings = dataclasses.replace(self.settings, algorithm="tic")
-        if self.compute_profile_error is None:
-            self.say(f"TAC is off for this run ({reason}): TIC instead")
-        else:
-            log.info("TicTac: TAC is off for this run (%s): TIC instead", reason)
-        return "tic"
-
-    def _parts_for(self, algorithm: str, graphs: Mapping[str, Graph],
-                   compute_times: Mapping[str, float] | None, served: set[str],
-                   late: set[str]) -> list[tuple[Graph, Schedule]]:
-        """Each worker DAG, restricted to what the PSes served, with its order
-        (planner.parts_for); notes the per-step compute time of the first."""
-        parts = planner.parts_for(algorithm, graphs, compute_times, served, late,
-                                  self._link_rate, self.steplog.transfer_bytes(),
-                                  self.compute_profile_error)
-        if compute_times is not None:
-            self.compute_seconds = planner.compute_seconds(parts[0][0], compute_times)
-        return parts
-
-    def orders(self, algorithm: str | None = None) -> list[tuple[Graph, Schedule]]:
-        """Per worker DAG (restricted to the recvs the PSes served) and its order, for
-        ``algorithm`` (default: the configured one); computed at the switch."""
-        return planner.orders(self.runner.candidates, algorithm or self.settings.algorithm)
-
     def suspend(self) -> None:
         """Clears the schedule on every PS (e.g. while fit runs validation, whose
         transfers the training schedule does not describe)."""
@@ -434,21 +310,26 @@ class Controller:
         training loop, e.g. to profile) get no step time."""
         self._pauses.append((start, end))
 
-    def _install(self, parts: Sequence[tuple[Graph, Schedule]], quiet: bool = False) -> None:
-        """Each PS gets, per worker, that worker's order restricted to its transfers
-        (planner.per_ps), with the pacing settings its backend honours."""
+    def _install(self, parts: Sequence[tuple[Graph, Schedule]], quiet: bool = False,
+                 only: Sequence[str] | None = None) -> None:
+        """Each PS (of ``only``, when given) gets, per worker, that worker's order
+        restricted to its transfers (planner.per_ps), with the pacing settings its
+        backend honours."""
         pacing = settings_mod.honoured(self.backends, pace_rate=self.pace_rate,
                                        align=self.align)
         # All or nothing: checked on every PS first, rolled back on a failure half-way.
-        count = planner.install(parts, self.ps_addresses, self.settings.skip_timeout,
-                                self.settings.window_bytes, **pacing)
+        ordered = planner.install(parts, self.ps_addresses, self.settings.skip_timeout,
+                                  self.settings.window_bytes, only=only, **pacing)
+        if only is None:
+            self.steplog.ordered_ps = set(ordered)
         if not quiet:
-            self.say(f"installed on {count} of {len(self.ps_addresses)} PS "
+            self.say(f"installed on {len(ordered)} of {len(self.ps_addresses)} PS "
                      f"(every PS the order has transfers on); every later step follows it")
 
     def _clear(self) -> None:
         from tictac_hooks.enforce.client import clear_everywhere
         clear_everywhere(self.ps_addresses)
+        self.steplog.ordered_ps = set()
 
     # --- end ------------------------------------------------------------------------------
     def finish(self, hook: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -469,6 +350,8 @@ class Controller:
                                    "priority": dict(self.schedule.priority)}
         if self.tac_off:
             summary["tac_off"] = self.tac_off
+        if self.restored_from:
+            summary["restored_from"] = self.restored_from
         summary["records"] = self.records_summary()
         if hook is not None:
             summary["hook"] = dict(hook)

@@ -62,6 +62,15 @@ class Coverage:
                 "per_ps": {ps: c.to_json() for ps, c in sorted(self.per_ps.items())},
                 "largest_unlisted": [{"name": n, "bytes": b} for n, b in self.unlisted]}
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Coverage":
+        """Reads :meth:`to_json` back (an order saved across a restart)."""
+        fields = ("transfers_listed", "transfers", "bytes_listed", "bytes")
+        return cls({ps: PSCoverage(*(int(c[f]) for f in fields))
+                    for ps, c in d["per_ps"].items()},
+                   tuple((u["name"], float(u["bytes"])) for u in d["largest_unlisted"]),
+                   int(d["steps"]))
+
     def phrase(self) -> str:
         """E.g. ``100 % of the bytes the PSes served, 14 of 14 transfers``."""
         t = self.total

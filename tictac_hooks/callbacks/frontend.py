@@ -76,13 +76,21 @@ class StepDriver:
         profiled steps instead). The Keras callback uses it: fit's dispatch of a step
         takes well under a millisecond under ParameterServerStrategy, and tf_keras
         warns about a batch hook that takes longer than that.
+      order_dir: gives, at the first step, the directory where the order is saved
+        for a job restart (saved_order.py; None: not saved); an order saved there by
+        an earlier run of the job is restored, without profiling, when it fits.
+      find_graphs: the step function's DAG (or one per worker task) as traced, without
+        compute times: what a saved order must fit (needed with ``order_dir``).
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
                  find_dag: Callable[[], StepDAG], join: Callable[[], None] | None = None,
                  install: bool = True, destination_jobs: Sequence[str] = ("worker",),
                  poll_every: int | None = None, training: bool = True,
-                 background_switch: bool = False) -> None:
+                 background_switch: bool = False,
+                 order_dir: Callable[[], str | None] | None = None,
+                 find_graphs: Callable[[], Graph | Mapping[str, Graph]] | None = None
+                 ) -> None:
         self.controller = Controller(ps_addresses, settings, install=install,
                                      destination_jobs=destination_jobs, join=join,
                                      training=training)
@@ -101,6 +109,11 @@ class StepDriver:
         self._switched = threading.Event()
         self.switch_seconds: float | None = None  # how long the background switch took
         self.installed_at_step: int | None = None  # training steps dispatched by then
+        # An order saved by an earlier run of the job, restored at the first step on a
+        # thread of its own (TensorFlow's order meanwhile); restored: it fitted.
+        self._order_dir, self._find_graphs = order_dir, find_graphs
+        self._restoring: threading.Thread | None = None
+        self.restored = False
 
     def start(self) -> "StepDriver":
         """Reaches every PS's gate (clear error if one has none), clears old orders and
@@ -122,6 +135,21 @@ class StepDriver:
         before = self.steps
         self.steps += count
         self.controller.steps_dispatched(count)
+        if before == 0 and self._order_dir is not None:
+            self._start_restore()
+        if self._restoring is not None:
+            if self._restoring.is_alive() and self.steps < self.settings.profile_steps:
+                self._record_cost(time.perf_counter() - t0, holds)
+                return  # restoring: TensorFlow's order meanwhile
+            self._restoring.join()  # (at the switch's step: the restore decides first)
+            self._restoring = None
+            if self.restored:
+                self.installed_at_step = before
+        if self.restored:
+            for _ in range(count):  # the order check counts training steps
+                self.controller.step_dispatched()
+            self._record_cost(time.perf_counter() - t0, holds)
+            return
         if before < self.settings.profile_steps <= self.steps:
             if self.background_switch:
                 self._switching = threading.Thread(target=self._switch_in_background,
@@ -142,6 +170,35 @@ class StepDriver:
             for _ in range(count):  # the order check counts training steps
                 self.controller.step_dispatched()
         self._record_cost(time.perf_counter() - t0, holds)
+
+    def _start_restore(self) -> None:
+        """Where the order is saved, and whether an earlier run of the job saved one
+        there: if so, restores it on a thread of its own (the DAG is found without a
+        compute profile). A file that is not a saved order is one line; training goes
+        on and profiles."""
+        from tictac_hooks.callbacks import saved_order
+        directory = self._order_dir()
+        self.controller.order_dir = directory
+        if not directory or not self.controller.installs:
+            return
+        try:
+            saved = saved_order.load(directory)
+        except saved_order.SavedOrderError as e:
+            self.controller.say(f"the saved order is not used ({e}): profiling again")
+            return
+        if saved is None:
+            return
+
+        def restore() -> None:
+            try:
+                self.restored = self.controller.restore(
+                    self._find_graphs(), saved, saved_order.path_in(directory))
+            except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
+                self.controller.say(f"the saved order in {directory} could not be "
+                                    f"restored ({type(e).__name__}: {e}): profiling again")
+        self._restoring = threading.Thread(target=restore, name="tictac-restore",
+                                           daemon=True)
+        self._restoring.start()
 
     def _record_cost(self, took: float, holds: int) -> None:
         if self.controller.holds != holds:
@@ -174,6 +231,8 @@ class StepDriver:
             # first). Under ParameterServerStrategy fit dispatches ahead of what runs,
             # so steps dispatched before it may still run in TicTac's order.
             out["installed_at_step"] = self.installed_at_step
+        if self.restored:  # an order saved by an earlier run: no switch
+            out["restored_at_step"] = self.installed_at_step
         return out
 
     def switch(self) -> None:
@@ -225,8 +284,9 @@ class StepDriver:
     def suspend(self) -> None:
         """TensorFlow's own order for a while (e.g. validation inside fit); a switch
         still running in the background finishes first."""
-        if self._switching is not None:
-            self._switching.join()
+        for thread in (self._switching, self._restoring):
+            if thread is not None:
+                thread.join()
         self.controller.suspend()
 
     def resume(self) -> None:
@@ -235,9 +295,10 @@ class StepDriver:
     def finish(self) -> dict[str, Any]:
         """Waits for dispatched steps, reads the last records, writes the logs; returns
         the summary."""
-        if self._switching is not None:  # training ended while switching
-            self._switching.join()
-            self._switching = None
+        for thread in (self._switching, self._restoring):  # training ended meanwhile
+            if thread is not None:
+                thread.join()
+        self._switching = self._restoring = None
         if self._join is not None:
             self._join()
         return self.controller.finish(hook=self.hook_cost())

@@ -219,10 +219,15 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         jobs = ("chief",) if mode == "predict" else ("worker",)
         # The switch leaves fit's dispatch thread (a step's dispatch takes well under
         # a millisecond; the switch seconds): fit goes on in TensorFlow's order meanwhile.
+        # fit saves its order for a restart beside BackupAndRestore's state (else in
+        # log_dir), and restores one saved there by an earlier run (saved_order.py).
+        restarts = dict(order_dir=lambda: self._order_dir(settings.log_dir),
+                        find_graphs=lambda: self._find_dag(mode, times=False).graphs
+                        ) if mode == "train" else {}
         driver = StepDriver(self._ps_addresses(), settings,
                             find_dag=lambda: self._find_dag(mode), join=self._join,
                             destination_jobs=jobs, training=mode == "train",
-                            background_switch=self.background_switch)
+                            background_switch=self.background_switch, **restarts)
         self.controller = driver.controller
         driver.controller.worker_addresses = self._worker_addresses()
         # fit's dispatched steps are spread over every worker (predict runs on the chief)
@@ -262,16 +267,23 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def _join(self) -> None:
         _join(self.model)
 
-    def _find_dag(self, mode: str) -> StepDAG:
+    def _order_dir(self, log_dir: str | None) -> str | None:
+        """Where the order is saved for a restart: BackupAndRestore's backup_dir when fit
+        runs with one (its state is set by the first step), else ``log_dir``."""
+        from tictac_hooks.patches import keras_internals
+        return keras_internals.backup_dir(self.model) or log_dir
+
+    def _find_dag(self, mode: str, times: bool = True) -> StepDAG:
         """The DAG of the step function fit runs (traced by now), with the compute
         profile when asked for or when TAC needs it (compute_profile.py: the traced step
-        itself, run in a child process; a failure turns TAC off, never training)."""
+        itself, run in a child process; a failure turns TAC off, never training), unless
+        ``times`` is False."""
         concrete = traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
                                    f"Keras's {mode} function")
         dag = dag_of(concrete, None, self.bandwidth, model=self.model)
         from tictac_hooks import flags as tictac_flags
         measure = tictac_flags.setting("measure_compute", self.measure_compute)
-        if measure or self.controller.settings.algorithm == "tac":
+        if times and (measure or self.controller.settings.algorithm == "tac"):
             batch = self._batch_size() if mode != "predict" else None
             dag.compute_times = profile_for(self.controller, concrete, dag, batch)
         return dag

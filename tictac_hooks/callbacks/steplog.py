@@ -61,6 +61,11 @@ class _Pending:
     def scheduled(self) -> bool:
         return any(r.scheduled for r in self.per_ps.values())
 
+    def ordered_at(self, ordered: "set[str]") -> bool:
+        """Whether every PS of ``ordered`` (those that carry the order) that recorded
+        this step ran it in the order: not one restarted and not yet given it."""
+        return all(r.scheduled for r in self.per_ps.values() if r.ps in ordered)
+
     @property
     def algorithm(self) -> str | None:
         """The algorithm of the order the step ran in at its PSes (None: TensorFlow's)."""
@@ -174,6 +179,9 @@ class StepLog:
         # Wall time the schedule was first installed: an unscheduled step that starts
         # after it ran in TensorFlow's order on purpose (a check block), not profiling.
         self.switched_at: float | None = None
+        # The PSes the installed order has transfers on (the controller sets them at
+        # each install): a step counts as scheduled only where each of them ran it so.
+        self.ordered_ps: set[str] = set()
 
     def is_destination(self, worker: str) -> bool:
         return any(f"/job:{job}/" in worker for job in self.destination_jobs)
@@ -268,6 +276,7 @@ class StepLog:
                     if not switching:
                         step_time = max(later.start - step.start - pause, 0.0)
                 phase = self._phase(step)
+                partly = phase == SCHEDULED and not step.ordered_at(self.ordered_ps)
                 index = self._number[worker]
                 self._number[worker] += 1 + (missing or 0)  # a gap keeps its numbers
                 self._count[worker] += 1
@@ -291,10 +300,14 @@ class StepLog:
                     self.excluded[worker]["before_gap"] += 1
                 elif pause:
                     self.excluded[worker]["paused"] += 1
+                elif partly:
+                    self.excluded[worker]["partly_ordered"] += 1
                 else:
                     self.step_times[(worker, phase)].append(step_time)
                     self.step_counts[(worker, phase)] += 1
-                if phase == SCHEDULED:
+                if partly:  # a PS that carries the order ran it in TensorFlow's
+                    self.order["partly_ordered"] += 1
+                elif phase == SCHEDULED:
                     self.order["scheduled_steps"] += 1
                     self.order["followed"] += step.followed_order()
                     self.order["skips"] += sum(r.skips for r in step.per_ps.values())
@@ -351,6 +364,11 @@ class StepLog:
     def workers(self) -> list[str]:
         """Every worker with a step seen."""
         return sorted(self._last_start)
+
+    def restarted(self, ps: str) -> None:
+        """The PS at ``ps`` was restarted: its gate numbers its records from 1 again."""
+        for key in [k for k in self._received if k[0] == ps]:
+            del self._received[key]
 
     def mark_lost(self, worker: str, detected: float, reason: str) -> None:
         """``worker`` stopped (the controller found it unreachable, or silent while the

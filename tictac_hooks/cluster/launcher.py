@@ -97,6 +97,7 @@ class Task:
     log_path: str
     private_address: str | None = None
     host: str | None = None
+    args: tuple[str, ...] = ()  # the `tictac` command line it runs (restart)
 
     def log(self, tail: int = 4000) -> str:
         try:
@@ -347,7 +348,7 @@ class LocalCluster:
         private = (self.ps_private_addresses[index]
                    if job == "ps" and self.backend == "proxy" else None)
         task = Task(job, index, address or self.spec[job][index], proc, log_path, private,
-                    host)
+                    host, tuple(args))
         self.tasks.append(task)
         return task
 
@@ -453,6 +454,18 @@ class LocalCluster:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(task.process.pid, sig)
         task.process.wait(10)
+
+    def restart(self, job: str, index: int = 0) -> Task:
+        """Kills one task and starts it again the same way, at the same address (a pod
+        restarted in place, e.g. a PS: a new process, a new gate); returns once every
+        task answers."""
+        old = self.task(job, index)
+        self.kill(job, index)
+        self.tasks.remove(old)
+        task = self._start_task(job, index, list(old.args), host=old.host,
+                                address=old.address)
+        self.wait_ready()
+        return task
 
     def close(self) -> None:
         """Kills every process this cluster started and removes its temporary log

@@ -198,6 +198,7 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
                     pace_rate=pace_rate, align=align)
             except UnhonouredSetting as e:
                 raise InstallError(f"{e}; nothing was installed on any PS") from None
+        plan = _fresh_ones_restricted(plan, served)
         matched = {a: len(set(s.order) & served[a]) for a, s in plan.items()}
         if any(served.values()) and not any(matched[a] for a in plan if served[a]):
             example = next((s.order[0] for s in plan.values() if s.order), "(empty)")
@@ -218,6 +219,22 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
     finally:
         for client in clients.values():
             client.close()
+
+
+def _fresh_ones_restricted(plan: Mapping[str, Schedule],
+                           served: Mapping[str, set[str]]) -> dict[str, Schedule]:
+    """A PS that has served nothing yet (just started, or restarted) enforces every
+    name its schedule lists, and would wait the skip bound for each one another PS
+    serves: where other PSes of the plan have served names, its schedule leaves
+    theirs out."""
+    elsewhere = set().union(*served.values())
+    out = dict(plan)
+    for address, schedule in plan.items():
+        if not served[address] and elsewhere:
+            mine = [n for n in schedule.order if n not in elsewhere]
+            if len(mine) < len(schedule.order):
+                out[address] = schedule.restricted(mine)
+    return out
 
 
 def _roll_back(clients: Mapping[str, GateClient], done: Mapping[str, InstallResult]) -> str:

@@ -38,10 +38,14 @@ READ_THREADS = 16  # PSes read at once
 @dataclasses.dataclass(frozen=True)
 class CursorRead:
     """What one read brought: the new records (finished ones once each, then the active
-    ones when asked for, seq 0), and per PS the records lost since the last read."""
+    ones when asked for, seq 0), per PS the records lost since the last read, and the
+    PSes that were restarted since."""
 
     steps: list[GateStep]
     dropped: dict[str, int]
+    # The PSes whose gate is new since the last read (restarted: no order, records
+    # numbered from 1 again), in address order.
+    restarted: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -93,6 +97,8 @@ class RecordCursor:
         # Per PS: the records its gate keeps (history_limit, as it reports it), and the
         # seconds each read of it took (reads, total, longest).
         self.history_limit: dict[str, int] = {}
+        # Per PS: the id of the gate last read (GateStats.instance; "": not said).
+        self.instance: dict[str, str] = {}
         self.read_seconds: dict[str, ReadTimes] = {a: ReadTimes() for a in self.addresses}
         self._pool: ThreadPoolExecutor | None = None
 
@@ -115,7 +121,9 @@ class RecordCursor:
         """Skips every record finished before now (an earlier run's)."""
         with self._lock:
             for address in self.addresses:
-                self._since[address] = self._stats(address, False, TAIL).last_seq
+                reply = self._stats(address, False, TAIL)
+                self._since[address] = reply.last_seq
+                self.instance[address] = reply.instance
 
     def read(self, include_active: bool = False) -> CursorRead:
         """The records finished since the last read, at every PS (and the active ones,
@@ -131,7 +139,8 @@ class RecordCursor:
             steps: list[GateStep] = []
             dropped: dict[str, int] = {}
             active = 0
-            for address, reply in zip(self.addresses, replies):
+            restarted = tuple(a for a, (_, new) in zip(self.addresses, replies) if new)
+            for address, (reply, _) in zip(self.addresses, replies):
                 self._since[address] = reply.last_seq
                 if reply.history_limit:
                     self.history_limit[address] = reply.history_limit
@@ -145,20 +154,26 @@ class RecordCursor:
                     steps.append(step)
             if include_active:
                 self.active_records = active
-        return CursorRead(steps, dropped)
+        return CursorRead(steps, dropped, restarted)
 
-    def _read_one(self, address: str, include_active: bool) -> GateStats:
+    def _read_one(self, address: str, include_active: bool) -> tuple[GateStats, bool]:
+        """One PS's reply, and whether its gate is new since the last read: another
+        id (a gate that says none: its record numbers went back)."""
         started = time.perf_counter()
         since = self._since[address]
         reply = self._stats(address, include_active, since)
-        if reply.last_seq < since:
-            # The gate numbers from 1 again: the PS was restarted.
+        known = self.instance.get(address, "")
+        restarted = (reply.instance != known if reply.instance and known
+                     else reply.last_seq < since)
+        if restarted:
+            # Its records are numbered from 1 again: read all it holds.
             self.restarts[address] += 1
-            log.warning("TicTac: the PS at %s numbers its step records from 1 "
-                        "again (restarted?); reading all it holds", address)
-            reply = self._stats(address, include_active, 0)
+            if reply.since:
+                reply = self._stats(address, include_active, 0)
+        if reply.instance:
+            self.instance[address] = reply.instance
         self.read_seconds[address].add(time.perf_counter() - started)
-        return reply
+        return reply, restarted
 
     def smallest_history(self) -> int | None:
         """The fewest records any PS's gate keeps (None: none said yet)."""

@@ -18,7 +18,7 @@ import threading
 from typing import Any, Iterator
 
 from tictac_hooks import checks
-from tictac_hooks.enforce.api import GateClient
+from tictac_hooks.enforce.api import GateClient, GateError
 from tictac_hooks.enforce.gate import Gate, InstallResult
 from tictac_hooks.records import GateStats
 from tictac_hooks.graph.schedule import Schedule
@@ -84,7 +84,16 @@ class InProcessClient(GateClient):
 
     def __init__(self, address: str, gate: Gate) -> None:
         self.address = address
-        self.gate = gate
+        self._gate = gate
+
+    @property
+    def gate(self) -> Gate:
+        """The gate served at the address now: as over the network, a PS restarted
+        in place answers with its new gate; one that is gone does not answer."""
+        gate = lookup(self.address)
+        if gate is None:
+            raise GateError(f"no TicTac gate answers at {self.address} (in this process)")
+        return gate
 
     def _count(self, verb: str) -> None:
         with _LOCK:

@@ -236,9 +236,9 @@ class Graph:
                 d["channel"] = op.channel
             if op.bytes is not None:
                 d["bytes"] = op.bytes
-            if op.param is not None:
-                d["param"] = op.param
-            if op.declared is not None:
+            if op.param is not None and op.kind == RECV:  # (a recv made a PS-side read
+                d["param"] = op.param                     # keeps its param: not written)
+            if op.declared is not None and op.kind == RECV:
                 d["declared"] = op.declared
             out.append(d)
         return {"ops": out}

@@ -190,18 +190,27 @@ class NativeClient(GateClient):
                                              config=self._config(self._device))
 
     def call(self, verb: str, arg: str = "") -> Any:
-        """Runs one control verb on the PS; returns its JSON reply."""
+        """Runs one control verb on the PS; returns its JSON reply. A PS restarted since
+        the last call does not know this client's session (AbortedError): the call is
+        made once more in a new session."""
+        import tensorflow as tf
+
         with self._lock:
-            try:
-                if self._session is None:
-                    self._open()
-                reply = self._session.run(self._reply, {self._verb: verb, self._arg: arg})
-            except (ScheduleError, NativeGateError):
-                raise
-            except Exception as e:  # noqa: BLE001 - TensorFlow's errors, translated
-                self._close_session()
-                _DEVICES.pop(self.address, None)  # a restarted PS may be another task
-                raise self._errors(e) from None
+            for attempt in (1, 2):
+                try:
+                    if self._session is None:
+                        self._open()
+                    reply = self._session.run(self._reply, {self._verb: verb,
+                                                            self._arg: arg})
+                    break
+                except (ScheduleError, NativeGateError):
+                    raise
+                except Exception as e:  # noqa: BLE001 - TensorFlow's errors, translated
+                    self._close_session()
+                    _DEVICES.pop(self.address, None)  # a restarted PS may be another task
+                    if attempt == 1 and isinstance(e, tf.errors.AbortedError):
+                        continue  # its session is gone: the PS was restarted
+                    raise self._errors(e) from None
         return json.loads(reply.decode())
 
     def _close_session(self) -> None:

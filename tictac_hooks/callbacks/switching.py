@@ -1,0 +1,208 @@
+"""The switch, as the controller runs it: the order computed from the worker DAG (TIC)
+or the DAG plus measured times (TAC), with the order check's other candidates, and
+installed on every PS; or an order saved by an earlier run of the job restored at once
+(saved_order.py); or, when the switch fails, TensorFlow's order kept with one line.
+
+:class:`Switching` is a part of :class:`~tictac_hooks.callbacks.controller.Controller`
+(its state is the controller's); it lives here to keep each module readable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Mapping
+
+from tictac_hooks.callbacks import coverage, planner, saved_order
+from tictac_hooks.callbacks.settings import TicTacSetupError
+from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.schedule import Schedule, ScheduleError
+
+log = logging.getLogger("tictac")
+
+
+class Switching:
+    """The controller's switch (see the module docstring)."""
+
+    def switch(self, graphs: Graph | Mapping[str, Graph],
+               compute_times: Mapping[str, float] | None = None,
+               bandwidth: float | None = None, late: "set[str] | None" = None,
+               holds_loop: bool = True) -> Schedule | None:
+        """Computes the order and installs it on every PS.
+
+        ``graphs`` is the worker's DAG as traced, or one DAG per worker task when the
+        workers receive differently named transfers (in-graph replication); each worker
+        then gets its own order, and each PS enforces every worker's order for that
+        worker. Recvs the PSes never served while profiling become free compute ops
+        (PS-side reads). ``late`` names recvs that in TensorFlow depend on work done in
+        the same step (e.g. a read of a variable after an update the worker's gradient
+        feeds): they cannot be ready at the start of the step, so scheduling them early
+        would stall every transfer behind them; they are left unscheduled (they pass
+        the rendezvous straight through). ``compute_times`` (seconds per compute op) is
+        needed for TAC and for measured E. Returns the (merged) schedule, or None for
+        algorithm "none".
+        """
+        pause_start = time.time()
+        self.poll()
+        if isinstance(graphs, Graph):
+            graphs = {"worker": graphs}
+        self._fingerprint = saved_order.fingerprint(graphs, len(self.ps_addresses),
+                                                    self.spread_over)
+        served = set().union(*self.served_transfers().values())
+        self._link_rate = bandwidth or self.link_rate()
+        if bandwidth:
+            self.pace_rate = float(bandwidth)
+        algorithm = self.settings.algorithm
+        if algorithm == "none":
+            self.say("algorithm 'none': profiling only, no schedule installed")
+            return None
+        late = set(late or ())
+        t0 = time.perf_counter()
+        parts = None
+        if algorithm == "tac":
+            try:
+                parts = self._parts_for(algorithm, graphs, compute_times, served, late)
+            except TicTacSetupError as e:
+                algorithm = self._fall_back_to_tic(str(e))
+        if parts is None:
+            parts = self._parts_for(algorithm, graphs, compute_times, served, late)
+        candidates = {algorithm: parts}
+        self.schedule = planner.merged(parts)
+        self.coverage = coverage.measure(self.steplog.profiled_records(),
+                                         set(self.schedule.order))
+        self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers "
+                 f"({self.coverage.phrase()}) computed in "
+                 f"{(time.perf_counter() - t0) * 1e3:.0f} ms "
+                 f"({len(parts)} worker DAG{'s' if len(parts) > 1 else ''})")
+        short = coverage.warning(self.coverage, planner.why_unlisted(graphs, late))
+        if short:
+            log.warning("TicTac: %s", short)
+        if self.check is not None:
+            # The check also tries the other algorithm where it can be computed (TAC
+            # needs measured compute times and transfer sizes).
+            other = {"tic": "tac", "tac": "tic"}[algorithm]
+            try:
+                candidates[other] = self._parts_for(other, graphs, compute_times, served,
+                                                    late)
+            except (TicTacSetupError, ScheduleError) as e:
+                self.say(f"the order check tries {algorithm.upper()} only: "
+                         f"{other.upper()} is off ({e})")
+                self.check_off[other] = str(e)
+            for label, name in self.check_extra.items():
+                if label in candidates:
+                    continue
+                try:
+                    candidates[label] = [
+                        (g, dataclasses.replace(s, algorithm=label)) for g, s in
+                        self._parts_for(name, graphs, compute_times, served, late)]
+                except (TicTacSetupError, ValueError) as e:  # ScheduleError included
+                    self.check_off[label] = str(e)
+                    self.say(f"the order check leaves {label} out: {e}")
+        self.runner.switched(algorithm, candidates, self.spread_over)
+        if self.installs:
+            self._install(parts)
+            self.runner.installed = algorithm
+        self.steplog.switched_at = time.time()
+        if holds_loop:
+            self.mark_pause(pause_start, time.time())
+        if self._writer:
+            self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses),
+                                  self.coverage.phrase(), self.coverage.bytes_share)
+        self.runner.start()
+        self._save_order()
+        return self.schedule
+
+    def restore(self, graphs: Graph | Mapping[str, Graph],
+                saved: "saved_order.SavedOrder", path: str) -> bool:
+        """The switch from an order saved by an earlier run of this job (``path``): if
+        it was saved for this step function's DAG (``graphs``, as traced) on a cluster
+        of this shape, installs the order it kept and checks it as usual, and returns
+        True; else says why in one line and returns False (profile again)."""
+        if isinstance(graphs, Graph):
+            graphs = {"worker": graphs}
+        here = saved_order.fingerprint(graphs, len(self.ps_addresses), self.spread_over)
+        if here != saved.fingerprint:
+            self.say(f"the order saved in {path} is for another step function or cluster "
+                     f"(fingerprint {saved.fingerprint}; this run {here}, {len(graphs)} "
+                     f"DAG(s), {len(self.ps_addresses)} PS x {self.spread_over} workers): "
+                     f"profiling again")
+            return False
+        self._fingerprint, self.restored_from = here, path
+        # A gate enforces the listed names it has served (a PS serves the chief's own
+        # reads first): it installs once a worker step was served, as the switch does.
+        self.wait_for_profiled_records()
+        self.compute_seconds, self._link_rate = saved.compute_seconds, saved.link_rate
+        if saved.coverage:
+            self.coverage = coverage.Coverage.from_json(saved.coverage)
+        algorithm = saved.kept or next(iter(saved.candidates))
+        self.runner.switched(algorithm, saved.candidates, self.spread_over)
+        self.schedule = planner.merged(saved.candidates[algorithm])
+        if saved.kept is None:
+            self.runner.want = self.runner.decided = None
+        elif self.installs:
+            self._install(saved.candidates[algorithm], quiet=True)
+            self.runner.installed = algorithm
+        self.steplog.switched_at = time.time()
+        kept = f"the {algorithm.upper()} order" if saved.kept else "TensorFlow's order"
+        self.say(f"order restored from {path} (saved for this step function on "
+                 f"{len(self.ps_addresses)} PS x {self.spread_over} workers): {kept} "
+                 "installed at once, no profiling")
+        self.runner.start()
+        return True
+
+    def _save_order(self) -> None:
+        """Writes the candidates and the order kept to ``order_dir`` (saved_order.py);
+        a failure is one warning, never the run's."""
+        if not (self.order_dir and self.installs and self._fingerprint
+                and self.runner.candidates):
+            return
+        try:
+            saved_order.save(self.order_dir, saved_order.SavedOrder(
+                self._fingerprint, len(self.ps_addresses), self.spread_over,
+                dict(self.runner.candidates), self.runner.decided,
+                self.coverage.to_json() if self.coverage else None,
+                self.compute_seconds, self._link_rate))
+        except OSError as e:
+            log.warning("TicTac: the order could not be saved in %s for a restart (%s)",
+                        self.order_dir, e)
+
+    def not_ordered(self, error: BaseException) -> None:
+        """The switch failed: one line saying why, TensorFlow's order stays on every PS
+        (nothing was installed, or it is cleared), no order check; training goes on."""
+        reason = str(error) or type(error).__name__
+        if not isinstance(error, (ScheduleError, TicTacSetupError)):
+            reason = f"{type(error).__name__}: {reason}"
+        self.not_ordered_reason = reason
+        self.schedule = None
+        self.runner.abandon()
+        log.debug("TicTac: the switch failed", exc_info=error)
+        self.say(f"TensorFlow's own transfer order kept, training goes on: {reason}")
+
+    def _fall_back_to_tic(self, reason: str) -> str:
+        """TAC cannot run (no compute profile, no transfer times): TIC for this run.
+        Said in one line, unless the failed profile already said it."""
+        self.tac_off = reason
+        self.settings = dataclasses.replace(self.settings, algorithm="tic")
+        if self.compute_profile_error is None:
+            self.say(f"TAC is off for this run ({reason}): TIC instead")
+        else:
+            log.info("TicTac: TAC is off for this run (%s): TIC instead", reason)
+        return "tic"
+
+    def _parts_for(self, algorithm: str, graphs: Mapping[str, Graph],
+                   compute_times: Mapping[str, float] | None, served: set[str],
+                   late: set[str]) -> list[tuple[Graph, Schedule]]:
+        """Each worker DAG, restricted to what the PSes served, with its order
+        (planner.parts_for); notes the per-step compute time of the first."""
+        parts = planner.parts_for(algorithm, graphs, compute_times, served, late,
+                                  self._link_rate, self.steplog.transfer_bytes(),
+                                  self.compute_profile_error)
+        if compute_times is not None:
+            self.compute_seconds = planner.compute_seconds(parts[0][0], compute_times)
+        return parts
+
+    def orders(self, algorithm: str | None = None) -> list[tuple[Graph, Schedule]]:
+        """Per worker DAG (restricted to the recvs the PSes served) and its order, for
+        ``algorithm`` (default: the configured one); computed at the switch."""
+        return planner.orders(self.runner.candidates, algorithm or self.settings.algorithm)
