@@ -594,12 +594,28 @@ class Gate:
         previous one has held transfers here, quiet, for ``finish_after_s``, it left
         that step (it was restarted, or the step was cancelled), so what that step
         holds goes now, marked superseded, instead of waiting for its turn and the skip
-        bound (gate.cc's Supersede)."""
+        bound (gate.cc's Supersede); else that step is whole (:meth:`_whole_step`)."""
         last = self._latest.get(dest)
-        if (last is not None and last.step_id != step_id and not last.finished
-                and last.live and self.clock() - last.t_last >= self.finish_after_s):
+        if last is None or last.finished:
+            return
+        if (last.step_id != step_id and last.live
+                and self.clock() - last.t_last >= self.finish_after_s):
             self.totals["superseded_steps"] += 1
             self._finish(last, SUPERSEDED)
+        else:
+            self._whole_step(last)  # its worker went on to the next: that step is whole
+
+    def _whole_step(self, channel: _Channel) -> None:
+        """An install restricts each destination's order to what whole steps served:
+        half a step (a PS restarted mid-step, a worker's first step) would leave the
+        rest of the step unexpected for as long as the install holds. A step is whole
+        once it finished by itself or its worker opened its next one."""
+        for name in channel.served:
+            if len(self._whole) >= self.max_served_names:
+                break
+            self._whole.add(name)
+            self._whole_by_dest[channel.dest].add(name)
+        channel.served.clear()
 
     def _sweep(self, now: float, force: bool = False) -> None:
         """Finishes every channel that is quiet: nothing held or in flight for
@@ -755,16 +771,8 @@ class Gate:
             self.totals[f"early_{why}"] += 1
         channel.live.clear()
         channel.finished = True
-        # An install restricts each destination's order to what whole steps served:
-        # half a step (a PS restarted mid-step, a worker's first step) would leave the
-        # rest of the step unexpected for as long as the install holds. (A step let go
-        # early, e.g. superseded, may be half a step: its names do not count.)
-        for name in () if early else channel.served:
-            if len(self._whole) >= self.max_served_names:
-                break
-            self._whole.add(name)
-            self._whole_by_dest[channel.dest].add(name)
-        channel.served.clear()
+        if not early:  # (a step let go early, e.g. superseded, may be half a step)
+            self._whole_step(channel)
         self._last_seq += 1
         worker_seq = self._dest_records[channel.dest] = \
             self._dest_records.get(channel.dest, 0) + 1

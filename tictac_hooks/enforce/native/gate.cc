@@ -927,17 +927,7 @@ void Gate::Finish(Channel* ch, Runs* runs, const char* early) {
   ch->all.clear();
   ch->inflight = 0;  // what was in flight is in the record, marked early
   ch->finished = true;
-  // An install restricts each destination's order to what whole steps served
-  // (Install, View): half a step (a PS restarted mid-step, a worker's first step)
-  // would leave the rest of the step unexpected for as long as the install holds.
-  // (A step let go early, e.g. superseded, may be half a step: its names do not count.)
-  auto& whole = whole_by_dest_[ch->dest];
-  for (const auto& name : early ? std::unordered_set<std::string>() : ch->served) {
-    if (whole_.size() >= opt_.max_served_names) break;
-    whole_.insert(name);
-    whole.insert(name);
-  }
-  ch->served.clear();
+  if (!early) Whole(ch);  // (a step let go early, e.g. superseded, may be half a step)
   const int64_t seq = ++last_record_seq_;
   history_.emplace_back(seq, Numbered(seq, ++dest_records_[ch->dest], ch->Record()));
   while (static_cast<int>(history_.size()) > opt_.history) history_.pop_front();
@@ -952,17 +942,33 @@ void Gate::Finish(Channel* ch, Runs* runs, const char* early) {
 // skip bound. (A worker still in that step waits for what is held: it opens no other.)
 void Gate::Supersede(const std::string& dest, int64_t step_id, Runs* runs) {
   auto last = dest_opened_.find(dest);
-  if (last == dest_opened_.end() || last->second.step_id == step_id) return;
+  if (last == dest_opened_.end()) return;
   auto sit = steps_.find(last->second.key);
   if (sit == steps_.end()) return;
   auto cit = sit->second.find(dest);
-  if (cit == sit->second.end()) return;
+  if (cit == sit->second.end() || cit->second->finished) return;
   Channel* prev = cit->second.get();
-  if (prev->finished || (prev->waiters.empty() && prev->inflight == 0) ||
-      SteadyNow() - prev->t_last < opt_.finish_after_s)
-    return;
-  totals_["superseded_steps"] += 1;
-  Finish(prev, runs, "superseded");
+  if (last->second.step_id != step_id && (!prev->waiters.empty() || prev->inflight > 0) &&
+      SteadyNow() - prev->t_last >= opt_.finish_after_s) {
+    totals_["superseded_steps"] += 1;
+    Finish(prev, runs, "superseded");
+  } else {
+    Whole(prev);  // its worker went on to the next: that step (or iteration) is whole
+  }
+}
+
+// An install restricts each destination's order to what whole steps served (Install,
+// View): half a step (a PS restarted mid-step, a worker's first step) would leave the
+// rest of the step unexpected for as long as the install holds. A step is whole once
+// it finished by itself or its worker opened its next one.
+void Gate::Whole(Channel* ch) {
+  auto& whole = whole_by_dest_[ch->dest];
+  for (const auto& name : ch->served) {
+    if (whole_.size() >= opt_.max_served_names) break;
+    whole_.insert(name);
+    whole.insert(name);
+  }
+  ch->served.clear();
 }
 
 // A channel's turn: how many channels its destination opened here before it, except

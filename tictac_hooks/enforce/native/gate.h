@@ -208,6 +208,7 @@ class Gate {
   std::shared_ptr<Installed> View(int64_t step_id, const std::string& dest);
   int64_t TurnOf(const std::string& dest, double steady);  // kRejoinAfterFinishes
   void Supersede(const std::string& dest, int64_t step_id, Runs* runs);
+  void Whole(Channel* ch);  // what ch served counts for an install's restriction
   void HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs);
   void HandBackFront(Channel* ch, Runs* runs);  // the first of ch's waiters, now
   void Skip(Channel* ch, const std::string& name, const char* reason);
