@@ -7,7 +7,7 @@ in the container named `tensorflow`), creates the variables on the PS replicas a
 dispatches steps to the worker replicas. With --backup_dir, a restarted chief (after a
 PS was lost, say) resumes from the last finished epoch.
 
-    python train.py --epochs 4 --steps_per_epoch 10 --backup_dir /ckpt/backup
+    python train.py --epochs 10 --steps_per_epoch 40 --backup_dir /ckpt/backup
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import os
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # (TicTac) tf_keras: its fit runs PSS
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 
 import tictac_hooks.flags  # noqa: E402,F401  (TicTac) the --tictac_* flags
 
-flags.DEFINE_integer("epochs", 4, "Epochs to train.", lower_bound=1)
-flags.DEFINE_integer("steps_per_epoch", 10, "Training steps per epoch.", lower_bound=1)
+flags.DEFINE_integer("epochs", 10, "Epochs to train.", lower_bound=1)
+flags.DEFINE_integer("steps_per_epoch", 40, "Training steps per epoch.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 64, "Global batch size.", lower_bound=1)
 flags.DEFINE_integer("width", 256, "Units of each hidden layer.", lower_bound=1)
 flags.DEFINE_string("backup_dir", None, "Where BackupAndRestore keeps the training state "
@@ -31,6 +31,8 @@ FLAGS = flags.FLAGS
 
 def main(argv: list[str]) -> None:
     del argv
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # no cluster chatter; TicTac still says
     import tensorflow as tf
     import tf_keras as keras
 
@@ -64,10 +66,10 @@ def main(argv: list[str]) -> None:
                         callbacks=callbacks, verbose=2)
     print(f"loss per epoch: {' '.join(f'{x:.4f}' for x in history.history['loss'])}")
     order = (tictac.summary or {}).get("order", {})
-    print(f"TicTac order check: {order.get('followed', 0)} of "
-          f"{order.get('scheduled_steps', 0)} scheduled steps followed the order "
-          f"(skips {order.get('skips', 0)}, violations {order.get('violations', 0)})",
-          flush=True)
+    # The PSes' records of the steps run in TicTac's order (docs/DEPLOYING.md).
+    print(f"TicTac order followed: {order.get('followed', 0)} of "
+          f"{order.get('scheduled_steps', 0)} scheduled steps (skips "
+          f"{order.get('skips', 0)}, violations {order.get('violations', 0)})", flush=True)
 
 
 if __name__ == "__main__":
