@@ -58,7 +58,11 @@ def test_the_manifest_trains_with_tictac_across_pod_names(tmp_path):
                                                                  f"{p.service}:2222")]])
         after = job.run_in(job.chief, ["getent", "ahosts", ps[0].service], timeout_s=30)
         ready = {p.name: p.ready for p in job.pods}
+        namespaces = job.network.namespaces()
     wall = time.monotonic() - start
+    # Nothing left: the namespaces and their /etc files are gone with the job.
+    assert not [n for n in namespaces if os.path.exists(f"/run/netns/{n}")
+                or os.path.exists(os.path.join(netns.ETC_NETNS, n))]
     print(f"\n--- chief log (tail) ---\n{chief_log[-1500:]}\n--- getent in the chief's pod "
           f"after: {after.stdout.splitlines()[:1]}\n--- rehearsal: {wall:.0f} s")
     assert code == 0, chief_log
