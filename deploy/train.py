@@ -24,6 +24,8 @@ flags.DEFINE_integer("epochs", 10, "Epochs to train.", lower_bound=1)
 flags.DEFINE_integer("steps_per_epoch", 40, "Training steps per epoch.", lower_bound=1)
 flags.DEFINE_integer("batch_size", 64, "Global batch size.", lower_bound=1)
 flags.DEFINE_integer("width", 256, "Units of each hidden layer.", lower_bound=1)
+flags.DEFINE_boolean("tictac", True, "Add the TicTac callback (--notictac: plain fit, for PS "
+                     "replicas started with `tictac ps --tf-config --no-rendezvous`).")
 flags.DEFINE_string("backup_dir", None, "Where BackupAndRestore keeps the training state "
                     "(a volume that outlives the container; default: no backup).")
 FLAGS = flags.FLAGS
@@ -58,13 +60,15 @@ def main(argv: list[str]) -> None:
         return tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch).prefetch(2)
 
     tictac = TicTac()  # (TicTac) the one line: profile, order, install on every PS
-    callbacks = [tictac]
+    callbacks = [tictac] if FLAGS.tictac else []
     if FLAGS.backup_dir:
         callbacks.append(keras.callbacks.BackupAndRestore(backup_dir=FLAGS.backup_dir))
     history = model.fit(keras.utils.experimental.DatasetCreator(dataset_fn),
                         epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch,
                         callbacks=callbacks, verbose=2)
     print(f"loss per epoch: {' '.join(f'{x:.4f}' for x in history.history['loss'])}")
+    if not FLAGS.tictac:
+        return
     order = (tictac.summary or {}).get("order", {})
     # The PSes' records of the steps run in TicTac's order (docs/DEPLOYING.md).
     print(f"TicTac order followed: {order.get('followed', 0)} of "
