@@ -3,13 +3,15 @@ network namespace with the pod DNS names in its own /etc/hosts, published only o
 pod is Ready; TF_CONFIG per replica as the operator writes it (a custom cluster domain
 here); the manifest's own commands and environment. The job trains with TicTac across
 those names, the gate's records show the order followed, and the PSes come up before
-any name resolves. Needs root (network namespaces); skips with the reason otherwise."""
+any name resolves. A PS bound to its own name instead waits for it, saying so, and comes
+up once it resolves. Needs root (network namespaces); skips with the reason otherwise."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -88,3 +90,36 @@ def test_the_manifest_trains_with_tictac_across_pod_names(tmp_path):
     assert {s["ps"] for s in ordered} == {f"{p.service}:2222" for p in ps}
     print(f"tictac schedule stats: {len(ordered)} step records in TicTac's order on "
           f"{len(ps)} PS, violations 0")
+
+
+def test_a_ps_bound_to_its_own_name_waits_for_it_then_comes_up():
+    """Without --bind-host the native PS binds the host of its TF_CONFIG entry: on
+    Kubernetes a name that resolves only once the pod is Ready. It says it waits, and
+    comes up when the name appears (here: written into its /etc/hosts)."""
+    if not OK:
+        pytest.skip(f"no network namespaces here: {WHY}")
+    name = "demo-ps-0.team.svc"
+    config = json.dumps({"cluster": {"ps": [f"{name}:2222"],
+                                     "worker": ["demo-worker-0.team.svc:2222"]},
+                         "task": {"type": "ps", "index": 0}, "environment": "cloud"})
+    env = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    env.update(PYTHONPATH=repo_pythonpath(), PYTHONUNBUFFERED="1", TF_CPP_MIN_LOG_LEVEL="2",
+               TF_CONFIG=config)
+    with netns.ShapedNetwork(["ps0", "node"]) as net:
+        net.write_etc("ps0", "hosts", "127.0.0.1 localhost\n")
+        net.write_etc("ps0", "resolv.conf", "nameserver 127.0.0.1\n")
+        ps = net.run("ps0", [sys.executable, "-m", "tictac_hooks.cli", "ps", "--tf-config"],
+                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        first = ps.stdout.readline()
+        assert first.startswith(f"tictac ps: waiting for ps:0's host {name} to resolve"), first
+        net.write_etc("ps0", "hosts", f"127.0.0.1 localhost\n{net.address('ps0')} {name}\n")
+        deadline = time.monotonic() + 90
+        while not net.can_connect("node", f"{net.address('ps0')}:2222", 1.0):
+            assert ps.poll() is None and time.monotonic() < deadline, ps.stdout.read()
+            time.sleep(0.3)
+        ps.kill()
+        out = first + ps.communicate(timeout=20)[0]
+    print(out)
+    assert f"tictac ps: {name} resolves now, after" in out, out
+    assert (f"native gate (grpc+tictac) on {name}:2222 (listening on {name}:2222 "
+            "only)") in out, out
