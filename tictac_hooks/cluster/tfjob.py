@@ -153,8 +153,9 @@ class TFJobRehearsal:
       namespace: the Kubernetes namespace in the names (default "default").
       cluster_domain: what the operator's ``CUSTOM_CLUSTER_DOMAIN`` adds to every name,
         e.g. "cluster.local" (default "": none).
-      env: the image's environment, under the manifest's (default: this process's,
-        without TF_CONFIG, with this Python's bin folder first on PATH).
+      env: the image's own variables (its ENV lines), under the manifest's; on top of
+        this process's environment without TF_CONFIG, with this Python's bin folder
+        first on PATH (the image's python and tictac).
       rate: every pod's link rate (default "1gbit").
       say: where progress lines go (default: print).
     """
@@ -170,7 +171,7 @@ class TFJobRehearsal:
         base = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
         base["PATH"] = os.pathsep.join([os.path.dirname(sys.executable),
                                         base.get("PATH", "/usr/bin:/bin")])
-        self.image_env = dict(env) if env is not None else base
+        self.image_env = {**base, **(env or {})}
         self.say = say or (lambda line: print(f"[tfjob] {line}", flush=True))
         self.job = manifest["metadata"]["name"]
         replicas = manifest["spec"]["tfReplicaSpecs"]
