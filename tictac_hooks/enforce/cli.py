@@ -195,30 +195,28 @@ def _own_port_free(spec: dict, job: str, index: int) -> None:
                      f"{job}:{index}'s address {address} in the cluster spec")
 
 
-def _bind_host(args: argparse.Namespace, spec: dict, job: str, index: int) -> str | None:
-    """The host this PS listens on when it is a name, once it resolves (None: an
-    address, or TensorFlow's own choice); a bind host that is still a Kubernetes
-    ``$(VAR)`` reference is a configuration error."""
+def _wait_for_bind_host(args: argparse.Namespace, spec: dict, job: str, index: int) -> None:
+    """Before TensorFlow is imported: --bind-host is usable (not empty, not a Kubernetes
+    ``$(VAR)`` left unexpanded), and the host this PS binds resolves when it is a name
+    (waited for: NotResolvedError after --resolve-timeout)."""
     if args.bind_host is not None:
         unexpanded_variable(args.bind_host, "--bind-host")
         if not args.bind_host.strip():
             raise ValueError("--bind-host is empty; give a host name or an address, e.g. "
                              "--bind-host $(POD_IP) on Kubernetes")
     if args.no_rendezvous:
-        return None  # a plain TensorFlow server binds every interface
+        return  # a plain TensorFlow server binds every interface
     host = args.bind_host
     if host is None and args.backend == "native":
         host = checks.address("address", spec[job][index])[0]
-    if host is None or host in WILDCARD_HOSTS:
-        return None
-    wait_resolvable(host, args.resolve_timeout, f"{job}:{index}")
-    return host
+    if host is not None and host not in WILDCARD_HOSTS:
+        wait_resolvable(host, args.resolve_timeout, f"{job}:{index}")
 
 
 def _ps(args: argparse.Namespace) -> int:
     spec, job, index = _cluster(args)
     try:
-        _bind_host(args, spec, job, index)
+        _wait_for_bind_host(args, spec, job, index)
     except NotResolvedError as e:
         print(f"tictac ps: error: {e}", file=sys.stderr, flush=True)
         return EXIT_RETRY
