@@ -1,0 +1,135 @@
+"""`tictac whatif` against the measured scale runs: the predicted step time and gain of
+each order beside the measured ones at 1-16 workers on 4 PS (benchmarks/bench_scale.py,
+results/scale/), for the built-in profiles of the models measured there.
+
+The prediction gets what the measured cluster had: 4 PS, every link at the run's rate,
+every task on this machine's cores (``--cpus``, default 2), and the CPU one worker step
+costs the cluster (workers, PSes and coordinator together), measured in a separate
+1-worker calibration run of the same bench (results/whatif/calibration/, which records
+every task's CPU seconds). The step times are the median over a run's workers of each
+worker's median step in its order's check blocks; the gain is the check's median paired
+ratio. Orders the scale runs did not measure (paced random, declared, first-use) are
+predicted only.
+
+    .venv/bin/python benchmarks/whatif_validate.py            # the table, Markdown
+    .venv/bin/python benchmarks/whatif_validate.py --json benchmarks/results/whatif/validation.json
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MEASURED = ("default", "tic", "tac")
+
+
+def cpu_per_step(path: str) -> float:
+    """CPU seconds per worker step over every task of a fit-bench run (PSes, workers,
+    coordinator), from the run's recorded usage."""
+    with open(path) as f:
+        run = json.load(f)
+    cpu = sum(u["cpu_s"] for u in run["ps_usage"].values())
+    cpu += sum(u["cpu_s"] for u in run.get("worker_usage", {}).values())
+    if not run.get("worker_usage"):
+        raise SystemExit(f"{path}: no worker_usage recorded; rerun the calibration "
+                         "(bench_scale.py --workers 1 --runs 1 --out results/whatif/calibration)")
+    return cpu / run["tictac"]["records"]["dispatched"]
+
+
+def measured(path: str) -> dict[str, dict[str, float]]:
+    """order -> {step_s, gain} of one scale run."""
+    with open(path) as f:
+        orders = json.load(f)["orders"]
+    out = {}
+    for name in MEASURED:
+        o = orders.get(name)
+        if not o:
+            continue
+        steps = [w["median_step_time_s"] for w in o["workers"].values()]
+        out[name] = {"step_s": statistics.median(steps),
+                     "gain": o["ratio_median"] - 1.0 if "ratio_median" in o else 0.0}
+    return out
+
+
+def validate(models: list[str], cpus: float, scale_dir: str, calibration_dir: str) -> list[dict]:
+    from tictac_hooks.graph import profile as profiles
+    from tictac_hooks.graph.cli import parse_rate
+    from tictac_hooks.graph.whatif import Cluster, predict
+    rows = []
+    for model in models:
+        runs = sorted(glob.glob(os.path.join(scale_dir, f"{model}-w*-ps*-r*.json")))
+        calibration = sorted(glob.glob(os.path.join(calibration_dir, f"{model}-w1-*.json")))
+        if not runs or not calibration:
+            raise SystemExit(f"{model}: no scale runs in {scale_dir} or no calibration run "
+                             f"in {calibration_dir}")
+        cpu_s = statistics.median(cpu_per_step(p) for p in calibration)
+        import dataclasses
+        profile = dataclasses.replace(profiles.builtin(model), cpu_s=cpu_s)
+        by_point: dict[tuple[int, int, str], list[dict]] = {}
+        for path in runs:
+            with open(path) as f:
+                cfg = json.load(f)["config"]
+            by_point.setdefault((cfg["workers"], cfg["ps"], cfg["rate"]), []).append(measured(path))
+        for (w, ps, rate), found in sorted(by_point.items()):
+            pred = predict(profile, Cluster(w, ps, parse_rate(rate), cpus))
+            for order in MEASURED:
+                seen = [m[order] for m in found if order in m]
+                if not seen:
+                    continue
+                steps = [s["step_s"] for s in seen]
+                mid = statistics.median(steps)
+                row = pred.row(order)
+                rows.append({
+                    "model": model, "workers": w, "ps": ps, "rate": rate, "order": order,
+                    "cpu_s": cpu_s,
+                    "measured_step_s": steps, "predicted_step_s": row.step_s,
+                    "error": row.step_s / mid - 1.0,
+                    "measured_gain": [s["gain"] for s in seen] if order != "default" else None,
+                    "predicted_gain": row.gain if order != "default" else None,
+                    "bounds_s": dataclasses.asdict(pred.bounds)})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| model, W | order | measured step ms (runs) | predicted ms | error | "
+           "measured gain (runs) | predicted gain |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        steps = ", ".join(f"{s * 1e3:.0f}" for s in r["measured_step_s"])
+        gain = (", ".join(f"{g * 100:+.1f}" for g in r["measured_gain"]) + " %"
+                if r["measured_gain"] is not None else "")
+        pgain = f"{r['predicted_gain'] * 100:+.1f} %" if r["predicted_gain"] is not None else ""
+        out.append(f"| {r['model']}, {r['workers']} | {r['order']} | {steps} | "
+                   f"{r['predicted_step_s'] * 1e3:.0f} | {r['error'] * 100:+.0f} % | "
+                   f"{gain} | {pgain} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="cnn,dlrm")
+    p.add_argument("--cpus", type=float, default=2.0, help="cores the measured cluster shared")
+    p.add_argument("--scale", default=os.path.join(HERE, "results", "scale"))
+    p.add_argument("--calibration", default=os.path.join(HERE, "results", "whatif", "calibration"))
+    p.add_argument("--json", metavar="OUT.json")
+    args = p.parse_args(argv)
+    rows = validate([m for m in args.models.split(",") if m], args.cpus, args.scale,
+                    args.calibration)
+    print(markdown(rows))
+    errors = [abs(r["error"]) for r in rows]
+    print(f"\n|error| median {statistics.median(errors) * 100:.0f} %, max "
+          f"{max(errors) * 100:.0f} %, over 15 %: {sum(e > 0.15 for e in errors)} of "
+          f"{len(errors)}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "cpus": args.cpus}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
