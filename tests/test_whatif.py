@@ -8,7 +8,7 @@ import pytest
 
 from tictac_hooks.cli import main
 from tictac_hooks.graph import profile as profiles
-from tictac_hooks.graph.cluster_sim import Links, shared_with_releases, worker_step
+from tictac_hooks.graph.cluster_sim import Links, Prepared, shared_with_releases, worker_step
 from tictac_hooks.graph.dag import Graph, Op
 from tictac_hooks.graph.whatif import Cluster, WhatIfError, predict
 
@@ -58,17 +58,18 @@ def test_processor_sharing_with_releases() -> None:
 
 def test_worker_step_orders_and_links() -> None:
     graph = profiles.placed(_profile(None), 1).graph
+    dag = Prepared.of(graph)
     links = Links(pull_rate=[MB], turn_start=[0.0], push_rate=[MB], ingress=MB, egress=MB)
     small_first = {"ps:0": [graph.index("read_small"), graph.index("read_big")]}
     big_first = {"ps:0": [graph.index("read_big"), graph.index("read_small")]}
-    fast = worker_step(graph, small_first, links, [0])
-    slow = worker_step(graph, big_first, links, [0])
+    fast = worker_step(dag, small_first, links, [0])
+    slow = worker_step(dag, big_first, links, [0])
     # small first: 0.1 s, compute "first" overlaps big's 1 s; "second" ends at 1.2 s.
     assert fast.step == pytest.approx(1.2) and slow.step == pytest.approx(1.3)
     # Pushes leave at the compute's end through the worker's egress.
-    assert worker_step(graph, small_first, links, [MB]).step == pytest.approx(2.2)
+    assert worker_step(dag, small_first, links, [MB]).step == pytest.approx(2.2)
     later = Links(pull_rate=[MB], turn_start=[0.5], push_rate=[MB], ingress=MB, egress=MB)
-    assert worker_step(graph, small_first, later, [0]).step == pytest.approx(1.7)
+    assert worker_step(dag, small_first, later, [0]).step == pytest.approx(1.7)
 
 
 def test_prediction_orders_bounds_and_scale() -> None:
@@ -135,3 +136,16 @@ def test_cli_names_a_missing_profile(tmp_path, capsys) -> None:
     assert main(["whatif", "--model", "alexnet", "--workers", "1", "--ps", "1",
                  "--bandwidth", "1gbit"]) == 2
     assert "no built-in profile 'alexnet'" in capsys.readouterr().err
+
+
+def test_profile_from_a_run_keeps_its_shards() -> None:
+    ops = [Op("t/part_0", "recv", bytes=10, param="t", channel="ps:0", declared=0),
+           Op("t/part_1", "recv", bytes=10, param="t", channel="ps:1", declared=0),
+           Op("b", "recv", bytes=10, param="b", channel="ps:0", declared=1),
+           Op("use", "compute", ("t/part_0", "t/part_1", "b"))]
+    profile = profiles.from_run(Graph(ops), {"use": 0.5}, {"b": 400})
+    assert [p.name for p in profile.parameters] == ["t@ps:0", "t@ps:1", "b"]
+    assert profile.graph["b"].bytes == 400 and profile.compute_s == 0.5
+    placed = profiles.placed(profile, 2)  # each shard its own parameter, round-robin
+    assert placed.pull_bytes == (10 + 400, 10)
+    assert profiles.from_run(Graph(ops), None, {}).compute_s == 0.0

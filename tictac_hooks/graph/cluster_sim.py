@@ -61,6 +61,29 @@ class StepTimes:
     step: float
 
 
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """What every simulation of one DAG reuses: its ops, who consumes each, how many
+    inputs each waits for, each recv's PS, the recvs with inputs."""
+
+    graph: Graph
+    consumers: tuple[tuple[int, ...], ...]
+    inputs: tuple[tuple[int, ...], ...]
+    ps_of: dict[int, int]
+
+    @classmethod
+    def of(cls, graph: Graph) -> "Prepared":
+        index = {op.name: i for i, op in enumerate(graph.ops)}
+        inputs = tuple(tuple(sorted({index[n] for n in op.inputs})) for op in graph.ops)
+        consumers: list[list[int]] = [[] for _ in graph.ops]
+        for i, ins in enumerate(inputs):
+            for j in ins:
+                consumers[j].append(i)
+        ps_of = {i: int(str(op.channel).split(":")[1]) for i, op in enumerate(graph.ops)
+                 if op.kind == RECV}
+        return cls(graph, tuple(map(tuple, consumers)), inputs, ps_of)
+
+
 def shared_with_releases(items: Sequence[tuple[float, float]], rate: float) -> list[float]:
     """Finish times of transfers (release time, bytes) sharing a link of ``rate``
     equally among those released and unfinished (processor sharing)."""
@@ -87,64 +110,53 @@ def shared_with_releases(items: Sequence[tuple[float, float]], rate: float) -> l
     return finish
 
 
-def _pulls(graph: Graph, sequences: Mapping[str, Sequence[int]] | None, links: Links,
+def _pulls(dag: Prepared, sequences: Mapping[str, Sequence[int]] | None, links: Links,
            release: Mapping[int, float]) -> dict[int, tuple[float, float]]:
     """recv index -> (start at its PS, crossed), for the given release times."""
+    ops = dag.graph.ops
     sent: dict[int, tuple[float, float]] = {}
-    by_channel: dict[str, list[int]] = {}
-    for i, op in enumerate(graph.ops):
-        if op.kind == RECV:
-            by_channel.setdefault(op.channel, []).append(i)  # type: ignore[arg-type]
-    for channel, idx in by_channel.items():
-        p = int(channel.split(":")[1])
+    by_ps: dict[int, list[int]] = {}
+    for i, p in dag.ps_of.items():
+        by_ps.setdefault(p, []).append(i)
+    for p, idx in by_ps.items():
         rate, start = links.pull_rate[p], links.turn_start[p]
         if sequences is None:  # SHARED: every transfer in flight at once
-            items = [(max(start, release.get(i, 0.0)), float(graph.ops[i].bytes or 0))
-                     for i in idx]
+            items = [(max(start, release.get(i, 0.0)), float(ops[i].bytes or 0)) for i in idx]
             for i, (at, _), end in zip(idx, items, shared_with_releases(items, rate)):
                 sent[i] = (at, end)
             continue
         clock = start
-        for i in sequences[channel]:  # PACED: one after the other, in order
+        for i in sequences[f"ps:{p}"]:  # PACED: one after the other, in order
             begin = max(clock, release.get(i, 0.0))
-            clock = begin + (graph.ops[i].bytes or 0) / rate
+            clock = begin + (ops[i].bytes or 0) / rate
             sent[i] = (begin, clock)
     crossed: dict[int, tuple[float, float]] = {}
     clock = 0.0  # the worker's ingress takes them in one after the other
     for i in sorted(sent, key=lambda i: (sent[i][1], sent[i][0])):
         begin, end = sent[i]
-        clock = max(end, clock + (graph.ops[i].bytes or 0) / links.ingress)
+        clock = max(end, clock + (ops[i].bytes or 0) / links.ingress)
         crossed[i] = (begin, clock)
     return crossed
 
 
-def _compute(graph: Graph, arrived: Mapping[int, float], times: Sequence[float]) -> list[float]:
+def _compute(dag: Prepared, arrived: Mapping[int, float], times: Sequence[float]) -> list[float]:
     """Finish time of every op: recvs when they crossed, compute ops on one processor,
     earliest ready first, ties by graph order."""
-    ops = graph.ops
-    index = {op.name: i for i, op in enumerate(ops)}
-    finish = [0.0] * len(ops)
-    ready_at = [0.0] * len(ops)
-    waiting = [len(set(op.inputs)) for op in ops]
-    consumers: list[list[int]] = [[] for _ in ops]
-    for i, op in enumerate(ops):
-        for name in set(op.inputs):
-            consumers[index[name]].append(i)
-    heap: list[tuple[float, int]] = []
-    events: list[tuple[float, int]] = [(arrived.get(i, 0.0), i) for i, op in enumerate(ops)
-                                       if op.kind == RECV]
-    for i, op in enumerate(ops):
-        if op.kind != RECV and waiting[i] == 0:
-            heap.append((0.0, i))
+    is_recv = [i in dag.ps_of for i in range(len(times))]
+    finish = [0.0] * len(times)
+    ready_at = [0.0] * len(times)
+    waiting = [len(ins) for ins in dag.inputs]
+    heap = [(0.0, i) for i in range(len(times)) if not is_recv[i] and waiting[i] == 0]
+    events = [(arrived.get(i, 0.0), i) for i in dag.ps_of]
     heapq.heapify(heap)
     heapq.heapify(events)
     free = 0.0
 
     def done(i: int) -> None:
-        for c in consumers[i]:
+        for c in dag.consumers[i]:
             ready_at[c] = max(ready_at[c], finish[i])
             waiting[c] -= 1
-            if waiting[c] == 0 and ops[c].kind != RECV:
+            if waiting[c] == 0 and not is_recv[c]:
                 heapq.heappush(heap, (ready_at[c], c))
     while heap or events:
         if events and (not heap or events[0][0] <= max(free, heap[0][0])):
@@ -159,30 +171,30 @@ def _compute(graph: Graph, arrived: Mapping[int, float], times: Sequence[float])
     return finish
 
 
-def worker_step(graph: Graph, sequences: Mapping[str, Sequence[int]] | None, links: Links,
+def worker_step(dag: Prepared, sequences: Mapping[str, Sequence[int]] | None, links: Links,
                 push_bytes: Sequence[int], compute_scale: float = 1.0) -> StepTimes:
     """One worker's step on ``links`` (the module docstring); ``sequences``: per channel
     the recv indices in the order the gate serves them, None for SHARED. A recv with
     inputs (an embedding lookup) is released when they are done: solved by repeating
     the pulls with the release times of the previous pass until they settle."""
-    times = [(op.time or 0.0) * compute_scale if op.kind != RECV else 0.0 for op in graph.ops]
-    gated = [i for i, op in enumerate(graph.ops) if op.kind == RECV and op.inputs]
+    ops = dag.graph.ops
+    times = [(op.time or 0.0) * compute_scale if op.kind != RECV else 0.0 for op in ops]
+    gated = [i for i in dag.ps_of if dag.inputs[i]]
     release: dict[int, float] = {}
     for _ in range(8):
-        crossed = _pulls(graph, sequences, links, release)
-        finish = _compute(graph, {i: end for i, (_, end) in crossed.items()}, times)
-        index = {op.name: i for i, op in enumerate(graph.ops)}
-        new = {i: max(finish[index[n]] for n in graph.ops[i].inputs) for i in gated}
+        crossed = _pulls(dag, sequences, links, release)
+        finish = _compute(dag, {i: end for i, (_, end) in crossed.items()}, times)
+        new = {i: max(finish[j] for j in dag.inputs[i]) for i in gated}
         if new == release:
             break
         release = new
-    compute_end = max((finish[i] for i, op in enumerate(graph.ops) if op.kind != RECV),
+    compute_end = max((finish[i] for i in range(len(ops)) if i not in dag.ps_of),
                       default=0.0)
     ps = len(links.pull_rate)
     first = [float("inf")] * ps
     last = [0.0] * ps
     for i, (begin, end) in crossed.items():
-        p = int(graph.ops[i].channel.split(":")[1])  # type: ignore[union-attr]
+        p = dag.ps_of[i]
         first[p], last[p] = min(first[p], begin), max(last[p], end)
     busy = [last[p] - first[p] if last[p] > 0 else 0.0 for p in range(ps)]
     total_push = sum(push_bytes)

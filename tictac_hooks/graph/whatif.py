@@ -18,7 +18,7 @@ import statistics
 from typing import Any, Sequence
 
 from tictac_hooks.graph.algorithms import compute_order
-from tictac_hooks.graph.cluster_sim import Links, StepTimes, worker_step
+from tictac_hooks.graph.cluster_sim import Links, Prepared, StepTimes, worker_step
 from tictac_hooks.graph.dag import RECV, Graph
 from tictac_hooks.graph.profile import Placed, Profile, placed
 from tictac_hooks.graph.simulate import channel_sequences
@@ -68,7 +68,7 @@ class Bounds:
 class Row:
     order: str
     step_s: float
-    throughput: float   # samples per second over all workers
+    throughput: float   # samples (steps where the batch is unknown) per second, all workers
     gain: float         # step of TensorFlow's default / this step - 1
 
 
@@ -112,7 +112,7 @@ def _links(cluster: Cluster, paced: bool, load: Sequence[float], push_load: Sequ
                  ingress=r, egress=r)
 
 
-def steady_step(graph: Graph, sequences: Any, where: Placed, cluster: Cluster,
+def steady_step(dag: Prepared, sequences: Any, where: Placed, cluster: Cluster,
                 floor: float) -> StepTimes:
     """Asynchronous steady state: T = max(this worker's step against the others' load
     at T, ``floor``), iterated from the worker alone. SHARED (``sequences`` None): a
@@ -125,7 +125,7 @@ def steady_step(graph: Graph, sequences: Any, where: Placed, cluster: Cluster,
     push_turn = [b / cluster.rate for b in where.push_bytes]
     paced = sequences is not None
     load, push_load, wait = [1.0] * ps, [1.0] * ps, [0.0] * ps
-    times = worker_step(graph, sequences, _links(cluster, paced, load, push_load, wait),
+    times = worker_step(dag, sequences, _links(cluster, paced, load, push_load, wait),
                         where.push_bytes)
     period = max(times.step, floor)
     for _ in range(ITERATIONS if w > 1 else 0):
@@ -135,7 +135,7 @@ def steady_step(graph: Graph, sequences: Any, where: Placed, cluster: Cluster,
         push_load = [1.0 + (w - 1) * min(1.0, g * m / period)
                      for g, m in zip(push_turn, push_load)]
         wait = [s * t / 2 for s, t in zip(share, turn)] if paced else [0.0] * ps
-        times = worker_step(graph, sequences, _links(cluster, paced, load, push_load, wait),
+        times = worker_step(dag, sequences, _links(cluster, paced, load, push_load, wait),
                             where.push_bytes)
         new = max(times.step, floor)
         if abs(new - period) <= 1e-4 * period:
@@ -145,7 +145,7 @@ def steady_step(graph: Graph, sequences: Any, where: Placed, cluster: Cluster,
     return dataclasses.replace(times, step=period)
 
 
-def barrier_step(graph: Graph, sequences: Any, where: Placed, cluster: Cluster) -> StepTimes:
+def barrier_step(dag: Prepared, sequences: Any, where: Placed, cluster: Cluster) -> StepTimes:
     """Synchronous: every worker starts at the barrier. SHARED: each PS's links are
     shared by all W at once; PACED: the last worker's turn at each PS comes after the
     W - 1 turns before it, its pushes then meet no one."""
@@ -155,7 +155,7 @@ def barrier_step(graph: Graph, sequences: Any, where: Placed, cluster: Cluster) 
     else:
         wait = [(w - 1) * b / cluster.rate for b in where.pull_bytes]
         links = _links(cluster, True, [1.0] * ps, [1.0] * ps, wait)
-    return worker_step(graph, sequences, links, where.push_bytes)
+    return worker_step(dag, sequences, links, where.push_bytes)
 
 
 def timed(where: Placed, rate: float) -> Graph:
@@ -173,6 +173,7 @@ def predict(profile: Profile, cluster: Cluster, orders: Sequence[str] = ORDERS,
                           f"{', '.join(ORDERS)}")
     where = placed(profile, cluster.ps)
     graph = timed(where, cluster.rate)
+    dag = Prepared.of(graph)
     cpu_s = profile.cpu_s if profile.cpu_s is not None else profile.compute_s
     b = bounds(where, cluster, profile.compute_s, cpu_s)
     floor = 0.0 if cluster.synchronous else max(b.link, b.cpu)
@@ -185,12 +186,12 @@ def predict(profile: Profile, cluster: Cluster, orders: Sequence[str] = ORDERS,
                 schedule = compute_order(graph, order, seed=seed)
                 sequences = channel_sequences(graph, schedule, seed)
             if cluster.synchronous:
-                step = max(barrier_step(graph, sequences, where, cluster).step, b.cpu)
+                step = max(barrier_step(dag, sequences, where, cluster).step, b.cpu)
             else:
-                step = steady_step(graph, sequences, where, cluster, floor).step
+                step = steady_step(dag, sequences, where, cluster, floor).step
             samples.append(step)
         steps[order] = statistics.fmean(samples)
-    batch = cluster.workers * profile.batch
+    batch = cluster.workers * (profile.batch or 1)  # a run's profile: per step
     rows = tuple(Row(order=o, step_s=steps[o], throughput=batch / steps[o],
                      gain=steps["default"] / steps[o] - 1.0)
                  for o in ORDERS if o in steps and (o in orders))
