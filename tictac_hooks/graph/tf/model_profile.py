@@ -93,5 +93,6 @@ def source() -> dict[str, Any]:
     """Where a profile's times were measured."""
     import tensorflow as tf
     return {"machine": platform.machine(), "cpus": os.cpu_count(),
-            "tensorflow": tf.__version__,
+            "load_average_1min": round(os.getloadavg()[0], 2),  # other jobs sharing the CPU
+            "tensorflow": tf.__version__, "keras": analyze.keras_module().__name__,
             "date": datetime.date.today().isoformat()}
