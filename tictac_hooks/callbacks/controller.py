@@ -5,11 +5,10 @@ then, after ``profile_steps`` steps, *scheduled*: the order computed from the wo
 DAG (TIC) or the DAG plus measured times (TAC) is installed on every PS, and from the
 next step on every worker receives its parameters in that one order.
 
-The controller sequences these phases; the work is done beside it: settings.py (the
-settings, and what each gate backend honours), planner.py (the DAG restricted to what
-the PSes served, timed for TAC, the per-PS install plan), check_runner.py (the order
-check's blocks and decision; order_check.py its statistics), reading.py (the records
-read on a thread of their own, lost workers, what was read).
+The controller sequences these phases; the work is done beside it: settings.py (what
+each gate backend honours), planner.py (the DAG restricted to what the PSes served,
+timed for TAC, the per-PS install plan, the run's profile), check_runner.py (the order
+check; order_check.py its statistics), reading.py (the records, read on a thread).
 """
 
 from __future__ import annotations
@@ -328,6 +327,8 @@ class Controller:
             parts = self._parts_for(algorithm, graphs, compute_times, served, late)
         candidates = {algorithm: parts}
         self.schedule = planner.merged(parts)
+        if self.settings.log_dir:  # what `tictac whatif --profile LOG_DIR` reads
+            planner.save_profile(self.settings.log_dir, parts[0][0], compute_times, self.steplog)
         self.coverage = coverage.measure(self.steplog.profiled_records(),
                                          set(self.schedule.order))
         self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers "

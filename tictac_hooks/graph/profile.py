@@ -107,6 +107,38 @@ class Profile:
         return path
 
 
+def from_run(graph: Graph, compute_times: dict[str, float] | None,
+             served_bytes: dict[str, int], model: str = "run", batch: int = 0) -> Profile:
+    """The profile of a running job at TicTac's switch: the worker DAG restricted to what
+    the PSes served, each recv sized by the bytes the PS served it with, the measured
+    compute times (0 where not measured). The run's shards stay as they were: a shard
+    is a parameter of its own (TicTac does not see the partitioner), so ``whatif`` keeps
+    their count at every P; every read is taken to be trained (pushed back)."""
+    channels: dict[str, set[str]] = {}
+    for op in graph.recvs:
+        channels.setdefault(op.param or op.name, set()).add(op.channel or "")
+    ops, sizes = [], {}
+    for op in graph.ops:
+        if op.kind == RECV:
+            key = op.param or op.name
+            if len(channels[key]) > 1:
+                key = f"{key}@{op.channel}"
+            nbytes = int(served_bytes.get(op.name, op.bytes or 0))
+            op = dataclasses.replace(op, param=key, bytes=nbytes, time=None)
+            sizes.setdefault(key, [0, 0, op.declared if op.declared is not None else 1 << 30])
+            sizes[key][0] = max(sizes[key][0], nbytes)
+            sizes[key][1] += nbytes if op.inputs else 0
+        else:
+            op = dataclasses.replace(op, time=(compute_times or {}).get(op.name, 0.0))
+        ops.append(op)
+    params = tuple(Parameter(k, v[0], v[1] or v[0])
+                   for k, v in sorted(sizes.items(), key=lambda kv: (kv[1][2], kv[0])))
+    return Profile(model=model, training=True, batch=batch, graph=Graph(ops),
+                   parameters=params, min_shard_bytes=None,
+                   source={"from": "a TicTac run, at the switch",
+                           "compute": "measured" if compute_times else "not measured (0)"})
+
+
 def load(directory: str) -> Profile:
     """The profile in ``directory`` (as :meth:`Profile.save` wrote it, or the file)."""
     path = directory if directory.endswith(".json.gz") else os.path.join(directory, FILE)
