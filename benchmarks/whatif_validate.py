@@ -4,12 +4,16 @@ results/scale/), for the built-in profiles of the models measured there.
 
 The prediction gets what the measured cluster had: 4 PS, every link at the run's rate,
 every task on this machine's cores (``--cpus``, default 2), and the CPU one worker step
-costs the cluster (workers, PSes and coordinator together), measured in a separate
-1-worker calibration run of the same bench (results/whatif/calibration/, which records
-every task's CPU seconds). The step times are the median over a run's workers of each
-worker's median step in its order's check blocks; the gain is the check's median paired
-ratio. Orders the scale runs did not measure (paced random, declared, first-use) are
-predicted only.
+costs the cluster (the PSes' and the worker's CPU over the steps, set-up included),
+measured apart from the validated runs in a 1-worker run of the same bench that
+records every task's CPU seconds (results/whatif/calibration/)::
+
+    .venv/bin/python benchmarks/bench_scale.py --models cnn,dlrm --workers 1 --runs 1 \\
+        --out benchmarks/results/whatif/calibration
+
+The step times are the median over a run's workers of each worker's median step in its
+order's check blocks; the gain is the check's median paired ratio. Orders the scale
+runs did not measure (paced random, declared, first-use) are predicted only.
 
     .venv/bin/python benchmarks/whatif_validate.py            # the table, Markdown
     .venv/bin/python benchmarks/whatif_validate.py --json benchmarks/results/whatif/validation.json
@@ -30,15 +34,17 @@ MEASURED = ("default", "tic", "tac")
 
 
 def cpu_per_step(path: str) -> float:
-    """CPU seconds per worker step over every task of a fit-bench run (PSes, workers,
-    coordinator), from the run's recorded usage."""
+    """CPU seconds per worker step of a 1-worker fit-bench run: its PSes' and worker's
+    CPU over its steps. The coordinator's is left out: it is set-up (imports, the
+    model, tracing, the compute profile), not steps: a run with 10 % more steps and 3x
+    the wall time costs it the same (results/whatif/calibration/long/)."""
     with open(path) as f:
         run = json.load(f)
-    cpu = sum(u["cpu_s"] for u in run["ps_usage"].values())
-    cpu += sum(u["cpu_s"] for u in run.get("worker_usage", {}).values())
     if not run.get("worker_usage"):
         raise SystemExit(f"{path}: no worker_usage recorded; rerun the calibration "
-                         "(bench_scale.py --workers 1 --runs 1 --out results/whatif/calibration)")
+                         "(see the module docstring)")
+    cpu = sum(u["cpu_s"] for u in run["ps_usage"].values())
+    cpu += sum(u["cpu_s"] for k, u in run["worker_usage"].items() if k != "coordinator")
     return cpu / run["tictac"]["records"]["dispatched"]
 
 
@@ -97,16 +103,25 @@ def validate(models: list[str], cpus: float, scale_dir: str, calibration_dir: st
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| model, W | order | measured step ms (runs) | predicted ms | error | "
-           "measured gain (runs) | predicted gain |", "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        steps = ", ".join(f"{s * 1e3:.0f}" for s in r["measured_step_s"])
-        gain = (", ".join(f"{g * 100:+.1f}" for g in r["measured_gain"]) + " %"
-                if r["measured_gain"] is not None else "")
-        pgain = f"{r['predicted_gain'] * 100:+.1f} %" if r["predicted_gain"] is not None else ""
-        out.append(f"| {r['model']}, {r['workers']} | {r['order']} | {steps} | "
-                   f"{r['predicted_step_s'] * 1e3:.0f} | {r['error'] * 100:+.0f} % | "
-                   f"{gain} | {pgain} |")
+    """One line per (model, W): each measured order's step, measured (the runs) against
+    predicted with the error, then each gain, measured against predicted."""
+    out = ["| model, W | TF default ms: measured, predicted (error) | TIC | TAC | gain TIC: "
+           "measured, predicted | gain TAC |", "|---|---|---|---|---|---|"]
+    points = sorted({(r["model"], r["workers"]) for r in rows})
+    for model, w in points:
+        by = {r["order"]: r for r in rows if (r["model"], r["workers"]) == (model, w)}
+        cells = []
+        for order in MEASURED:
+            r = by.get(order)
+            cells.append("" if r is None else
+                         f"{'-'.join(f'{s * 1e3:.0f}' for s in sorted(r['measured_step_s']))}, "
+                         f"{r['predicted_step_s'] * 1e3:.0f} ({r['error'] * 100:+.0f} %)")
+        for order in MEASURED[1:]:
+            r = by.get(order)
+            cells.append("" if r is None else
+                         f"{', '.join(f'{g * 100:+.1f}' for g in r['measured_gain'])}; "
+                         f"{r['predicted_gain'] * 100:+.1f} %")
+        out.append(f"| {model}, {w} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 

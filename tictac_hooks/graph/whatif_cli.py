@@ -97,8 +97,8 @@ def table(predictions: list[Prediction]) -> str:
 
 
 def plot(predictions: list[Prediction], path: str, title: str) -> None:
-    """Gain against workers (one line per order, at the largest P) and against PS (at
-    the largest W)."""
+    """Left: each order's gain against workers, at the largest P. Right: TIC's gain
+    against PS, one line per worker count."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -106,21 +106,23 @@ def plot(predictions: list[Prediction], path: str, title: str) -> None:
     except ImportError:
         raise ValueError("--plot needs matplotlib: pip install -e .[bench]") from None
     top_p = max(pr.cluster.ps for pr in predictions)
-    top_w = max(pr.cluster.workers for pr in predictions)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
-    for ax, key, fixed, label in ((axes[0], "workers", top_p, f"{top_p} PS"),
-                                  (axes[1], "ps", top_w, f"{top_w} workers")):
-        chosen = [pr for pr in predictions
-                  if (pr.cluster.ps if key == "workers" else pr.cluster.workers) == fixed]
-        xs = [getattr(pr.cluster, key) for pr in chosen]
-        for order in ORDERS[1:]:
-            ax.plot(xs, [pr.row(order).gain * 100 for pr in chosen], marker="o",
-                    label=LABELS[order])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    chosen = [pr for pr in predictions if pr.cluster.ps == top_p]
+    for order in ORDERS[1:]:
+        left.plot([pr.cluster.workers for pr in chosen],
+                  [pr.row(order).gain * 100 for pr in chosen], marker="o", label=LABELS[order])
+    left.set_xlabel(f"workers ({top_p} PS)")
+    left.set_ylabel("predicted gain over TensorFlow's default, %")
+    left.legend(fontsize=8)
+    for w in sorted({pr.cluster.workers for pr in predictions}):
+        line = [pr for pr in predictions if pr.cluster.workers == w]
+        right.plot([pr.cluster.ps for pr in line], [pr.row("tic").gain * 100 for pr in line],
+                   marker="o", label=f"{w} workers")
+    right.set_xlabel("PS (TIC)")
+    right.legend(fontsize=8)
+    for ax in (left, right):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel(f"{'workers' if key == 'workers' else 'PS'} ({label})")
         ax.axhline(0, color="grey", linewidth=0.8)
-    axes[0].set_ylabel("predicted gain over TensorFlow's default, %")
-    axes[0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
