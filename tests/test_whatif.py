@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -149,3 +150,16 @@ def test_profile_from_a_run_keeps_its_shards() -> None:
     placed = profiles.placed(profile, 2)  # each shard its own parameter, round-robin
     assert placed.pull_bytes == (10 + 400, 10)
     assert profiles.from_run(Graph(ops), None, {}).compute_s == 0.0
+
+
+def test_a_profile_without_declaration_order_predicts_the_others(capsys, tmp_path) -> None:
+    ops = [dataclasses.replace(op, declared=None) for op in _profile().graph.ops]
+    profile = dataclasses.replace(_profile(), graph=Graph(ops))
+    prediction = predict(profile, Cluster(2, 1, MB))
+    assert "declared" not in prediction.orders and "tic" in prediction.orders
+    with pytest.raises(WhatIfError, match="'declared' was not predicted"):
+        prediction.row("declared")
+    profile.save(str(tmp_path))
+    assert main(["whatif", "--profile", str(tmp_path), "--workers", "2", "--ps", "1",
+                 "--bandwidth", "8mbit"]) == 0
+    assert "n/a" in capsys.readouterr().out

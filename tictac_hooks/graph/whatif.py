@@ -79,8 +79,18 @@ class Prediction:
     bounds: Bounds
     rows: tuple[Row, ...]
 
+    @property
+    def orders(self) -> list[str]:
+        """The orders predicted (``declared`` is left out for a profile without the
+        model's declaration order)."""
+        return [r.order for r in self.rows]
+
     def row(self, order: str) -> Row:
-        return next(r for r in self.rows if r.order == order)
+        for r in self.rows:
+            if r.order == order:
+                return r
+        raise WhatIfError(f"order {order!r} was not predicted; predicted: "
+                          f"{', '.join(self.orders)}")
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "workers": self.cluster.workers, "ps": self.cluster.ps,
@@ -178,6 +188,8 @@ def predict(profile: Profile, cluster: Cluster, orders: Sequence[str] = ORDERS,
     b = bounds(where, cluster, profile.compute_s, cpu_s)
     floor = 0.0 if cluster.synchronous else max(b.link, b.cpu)
     steps: dict[str, float] = {}
+    if not all(op.declared is not None for op in graph.recvs):
+        orders = [o for o in orders if o != "declared"]  # no declaration order known
     for order in ("default",) + tuple(o for o in orders if o != "default"):
         samples = []
         for seed in range(1 if order in ("default", "declared", "first-use") else seeds):
@@ -196,8 +208,3 @@ def predict(profile: Profile, cluster: Cluster, orders: Sequence[str] = ORDERS,
                      gain=steps["default"] / steps[o] - 1.0)
                  for o in ORDERS if o in steps and (o in orders))
     return Prediction(model=profile.model, cluster=cluster, bounds=b, rows=rows)
-
-
-def needs_declared(profile: Profile) -> bool:
-    """Whether every recv has a declaration position (the ``declared`` order needs it)."""
-    return all(op.declared is not None for op in profile.graph.ops if op.kind == RECV)

@@ -81,7 +81,8 @@ def sweep(profile: profiles.Profile, workers: list[int], ps: list[int], rate: fl
 def table(predictions: list[Prediction]) -> str:
     """One line per (W, P): TensorFlow's step, each order's gain, the bounds."""
     orders = [o for o in ORDERS if o != "default"]
-    head = (f"{'W':>4} {'P':>3} {'TF step ms':>10} {'samples/s':>10} "
+    per = "samples/s" if predictions and predictions[0].rows[0].throughput else "steps/s"
+    head = (f"{'W':>4} {'P':>3} {'TF step ms':>10} {per:>10} "
             + " ".join(f"{LABELS[o]:>12}" for o in orders)
             + f" {'link ms':>8} {'barrier ms':>10} {'CPU ms':>7}")
     lines = [head]
@@ -90,10 +91,16 @@ def table(predictions: list[Prediction]) -> str:
         lines.append(
             f"{pr.cluster.workers:>4} {pr.cluster.ps:>3} {base.step_s * 1e3:>10.1f} "
             f"{base.throughput:>10.1f} "
-            + " ".join(f"{pr.row(o).gain * 100:>+11.1f}%" for o in orders)
+            + " ".join(_gain(pr, o) for o in orders)
             + f" {pr.bounds.link * 1e3:>8.1f} {pr.bounds.barrier * 1e3:>10.1f} "
               f"{pr.bounds.cpu * 1e3:>7.1f}")
     return "\n".join(lines)
+
+
+def _gain(prediction: Prediction, order: str) -> str:
+    if order not in prediction.orders:
+        return f"{'n/a':>12}"
+    return f"{prediction.row(order).gain * 100:>+11.1f}%"
 
 
 def plot(predictions: list[Prediction], path: str, title: str) -> None:
@@ -109,8 +116,10 @@ def plot(predictions: list[Prediction], path: str, title: str) -> None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     chosen = [pr for pr in predictions if pr.cluster.ps == top_p]
     for order in ORDERS[1:]:
-        left.plot([pr.cluster.workers for pr in chosen],
-                  [pr.row(order).gain * 100 for pr in chosen], marker="o", label=LABELS[order])
+        if all(order in pr.orders for pr in chosen):
+            left.plot([pr.cluster.workers for pr in chosen],
+                      [pr.row(order).gain * 100 for pr in chosen], marker="o",
+                      label=LABELS[order])
     left.set_xlabel(f"workers ({top_p} PS)")
     left.set_ylabel("predicted gain over TensorFlow's default, %")
     left.legend(fontsize=8)
