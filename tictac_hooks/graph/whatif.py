@@ -23,8 +23,11 @@ from tictac_hooks.graph.dag import RECV, Graph
 from tictac_hooks.graph.profile import Placed, Profile, placed
 from tictac_hooks.graph.simulate import channel_sequences
 
-# order -> how it is served; "default" is TensorFlow's own (no gate)
+# "default": TensorFlow's own (no gate, SHARED); the others the gate serves (PACED):
+# a fixed random order, the variable list, first use, TIC (paper Algorithm 2, by M+)
+# and TAC (Algorithm 3, Eq. 6), from graph/algorithms.py.
 ORDERS = ("default", "random", "declared", "first-use", "tic", "tac")
+TIED = ("random", "tic")  # orders with ties or draws: averaged over SEEDS
 LABELS = {"default": "TensorFlow's default", "random": "paced random",
           "declared": "declared", "first-use": "first-use", "tic": "TIC", "tac": "TAC"}
 SEEDS = 3          # tie-break / random-order samples averaged
@@ -192,7 +195,7 @@ def predict(profile: Profile, cluster: Cluster, orders: Sequence[str] = ORDERS,
         orders = [o for o in orders if o != "declared"]  # no declaration order known
     for order in ("default",) + tuple(o for o in orders if o != "default"):
         samples = []
-        for seed in range(1 if order in ("default", "declared", "first-use") else seeds):
+        for seed in range(seeds if order in TIED else 1):
             sequences = None
             if order != "default":
                 schedule = compute_order(graph, order, seed=seed)
