@@ -118,6 +118,15 @@ def test_cli_sweeps_a_built_in_profile(tmp_path, capsys) -> None:
         "default", "random", "declared", "first-use", "tic", "tac"}
 
 
+def test_cli_cpu_bound_from_the_step_cpu(tmp_path) -> None:
+    out = tmp_path / "w.json"
+    assert main(["whatif", "--model", "dlrm", "--workers", "16", "--ps", "4", "--bandwidth",
+                 "200mbit", "--cpus", "2", "--step-cpu-ms", "50", "--json", str(out)]) == 0
+    (prediction,) = json.loads(out.read_text())["predictions"]
+    assert prediction["bounds_s"]["cpu"] == pytest.approx(16 * 0.050 / 2)
+    assert prediction["orders"]["default"]["step_s"] >= 0.4
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--model", "dlrm", "--workers", "0", "--ps", "1", "--bandwidth", "1gbit"],
      "--workers takes whole numbers >= 1"),

@@ -4,6 +4,7 @@ saved profile or a built-in model's, with no TensorFlow (graph/whatif.py)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -34,8 +35,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bandwidth", required=True, type=_rate_arg,
                    help="every task's link rate, each way, e.g. 200mbit, 10gbit, 125MB")
     p.add_argument("--cpus", type=_positive, default=None,
-                   help="cores the whole cluster shares (one test machine); default: "
-                        "every task has its own")
+                   help="cores the whole cluster shares (one test machine): a step is at "
+                        "least W x the CPU a step costs / cores; default: every task has "
+                        "its own")
+    p.add_argument("--step-cpu-ms", type=_positive, default=None, metavar="MS",
+                   help="with --cpus, the CPU milliseconds one worker step costs the "
+                        "whole cluster (default: the profile's, else its compute)")
     p.add_argument("--synchronous", action="store_true",
                    help="synchronous training (every worker waits at a barrier, as the "
                         "graph-mode bench); default: asynchronous, as fit under "
@@ -145,6 +150,8 @@ def _whatif(args: argparse.Namespace) -> int:
         profile = profiles.load(args.profile)
     else:
         profile = profiles.builtin(args.model)
+    if args.step_cpu_ms is not None:
+        profile = dataclasses.replace(profile, cpu_s=args.step_cpu_ms / 1e3)
     rate = parse_rate(args.bandwidth)
     started = time.perf_counter()
     predictions = sweep(profile, args.workers, args.ps, rate, args.cpus, args.synchronous)
