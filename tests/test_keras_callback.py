@@ -112,6 +112,11 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
         "switching", 0), (sorted(steps_written), summary["workers"][w0])
     trace = json.loads((tmp_path / "tb" / "tictac_transfers.trace.json").read_text())
     assert any(e.get("ph") == "X" for e in trace["traceEvents"])
+    from tictac_hooks.graph import profile as profiles
+    from tictac_hooks.graph.whatif import Cluster, predict
+    written = profiles.load(str(tmp_path / "tb"))  # at the switch, for `tictac whatif`
+    assert len(written.graph.recvs) >= 10 and written.compute_s > 0, written.source
+    assert predict(written, Cluster(4, 1, 1e8)).row("tic").step_s > 0
 
 
 @pytest.mark.cluster

@@ -12,6 +12,7 @@ from typing import Sequence
 # handlers are stored as `func` and return an exit code.
 COMMAND_MODULES = (
     "tictac_hooks.graph.cli",
+    "tictac_hooks.graph.whatif_cli",
     "tictac_hooks.graph.tf.cli",
     "tictac_hooks.enforce.cli",
     "tictac_hooks.bench.cli",

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -135,10 +136,45 @@ def test_a_two_ps_four_worker_bench_network_opens():
     assert not set(net.namespaces()) & set(netns._namespaces())
 
 
+_LOOKUP = textwrap.dedent("""
+    import socket, sys, time
+    for _ in range(200):
+        try:
+            print(socket.getaddrinfo(sys.argv[1], None)[0][4][0], flush=True)
+            break
+        except OSError:
+            time.sleep(0.05)
+""")
+
+
+@pytest.mark.root
+def test_each_host_has_its_own_etc_hosts_rewritten_in_place():
+    """What the TFJob rehearsal's pod DNS rests on: `ip netns exec` bind-mounts the
+    host's /etc/hosts, a running process sees it rewritten, other hosts do not."""
+    _skip_without_root()
+    with ShapedNetwork(["a", "b"]) as net:
+        for host in ("a", "b"):
+            net.write_etc(host, "hosts", "127.0.0.1 localhost\n")
+            net.write_etc(host, "resolv.conf", "nameserver 127.0.0.1\n")
+        folder = os.path.join(netns.ETC_NETNS, net.namespace("a"))
+        reader = net.run("a", [sys.executable, "-c", _LOOKUP, "pod-b.team.svc"],
+                         stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # it looks up (and fails) before the name is there
+        net.write_etc("a", "hosts", f"127.0.0.1 localhost\n{net.address('b')} pod-b.team.svc\n")
+        assert reader.communicate(timeout=20)[0].strip() == net.address("b")
+        other = subprocess.run(net.command("b", ["getent", "hosts", "pod-b.team.svc"]),
+                               capture_output=True, text=True, timeout=20)
+        assert other.returncode != 0, other.stdout
+        with pytest.raises(ValueError, match="lowercase letters and dots"):
+            net.write_etc("a", "../passwd", "")
+    assert not os.path.exists(folder)
+
+
 _CRASH = textwrap.dedent("""
     import os, signal, sys, time
     from tictac_hooks.cluster.netns import ShapedNetwork
     net = ShapedNetwork(["a", "b"]).open()
+    net.write_etc("a", "hosts", "127.0.0.1 localhost\\n")
     net.run("a", ["sleep", "30"])
     print(net.id, flush=True)
     if sys.argv[1] == "kill":
@@ -166,6 +202,7 @@ def test_a_crashed_or_terminated_owner_leaves_nothing_after_cleanup_stale(how):
         removed = netns.cleanup_stale()
         assert set(left) <= set(removed)
         assert _ours(net_id) == []
+        assert not [n for n in os.listdir(netns.ETC_NETNS) if net_id in n]  # /etc files
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -179,6 +179,33 @@ def test_ps_from_tf_config_serves_the_gate_and_tensorflow(launch, backend):
     assert ps.poll() is None and worker.poll() is None
 
 
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_ps_from_a_sparse_tf_config_serves_the_gate_at_its_index():
+    # Kubeflow's enableDynamicWorker: ps:1's TF_CONFIG lists only itself, as a list of
+    # one, and an empty worker job; its task index stays 1.
+    public = f"127.0.0.1:{free_port()}"
+    sparse = json.dumps({"cluster": {"worker": {}, "ps": [public]},
+                         "task": {"type": "ps", "index": 1}})
+    env = _env(TF_CONFIG=sparse)
+    with subprocess.Popen([*TICTAC, "ps", "--tf-config", "--bind-host", "127.0.0.1"],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=env, preexec_fn=die_with_parent) as ps:
+        try:
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not _rendezvous_answers(public, "native"):
+                assert ps.poll() is None and time.monotonic() < deadline, ps.stdout.read()
+                time.sleep(0.2)
+            with connect(public) as client:
+                assert client.stats().ps == public
+                assert client.device == "/job:ps/replica:0/task:1"
+        finally:
+            _kill_group(ps)
+        out = ps.stdout.read()
+    assert f"tictac ps: ps:1 native gate (grpc+tictac) on {public} (listening on " \
+           f"{public} only)" in out, out
+
+
 @pytest.mark.parametrize("tf_config, args, message", [
     (None, [], "TF_CONFIG is not set"),
     ("", [], "TF_CONFIG is not set"),

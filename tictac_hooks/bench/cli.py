@@ -103,6 +103,35 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="recompute the simulator's predictions with this code from the "
                         "inputs saved beside each result (RESULT.sim.json.gz)")
     r.set_defaults(func=_report)
+    analyze = sub.choices.get("analyze")
+    if analyze is not None:  # `tictac analyze --model dlrm|PATH.py:FUNCTION --profile DIR`
+        analyze.set_defaults(func=_analyze_ps_workload(analyze.get_default("func")))
+
+
+def _analyze_ps_workload(applications):  # type: ignore[no-untyped-def]
+    """`tictac analyze` for the PS workloads too (the built-in dlrm, transformer and cnn,
+    or PATH.py:FUNCTION; bench/user_model.py): with --profile it writes their profile;
+    keras.applications names go on to ``applications``."""
+    def run(args: argparse.Namespace) -> int:
+        from tictac_hooks.bench import user_model
+        if not user_model.is_model_spec(args.model):
+            return applications(args)
+        if not args.profile:
+            raise user_model.UserModelError(
+                f"--model {args.model}: a PS workload is analyzed with --profile DIR "
+                "(then `tictac whatif --profile DIR`); the analysis table is for "
+                "keras.applications models")
+        import os
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+        from tictac_hooks.graph.tf.cli import write_profile
+        from tictac_hooks.graph.tf.model_profile import keras_profile
+        source = user_model.resolve(args.model)
+        from tictac_hooks.bench.models import DEFAULT_BATCH
+        batch = args.batch_size or DEFAULT_BATCH.get(args.model, user_model.DEFAULT_BATCH)
+        loaded = user_model.load(source, batch)
+        return write_profile(keras_profile(loaded.model, (loaded.inputs, loaded.targets),
+                                           source.label.replace(".py:", "-")), args.profile)
+    return run
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -116,6 +116,7 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
     kwargs = dict(num_ps=config.ps, num_workers=config.workers, rendezvous=True, chief=True,
                   env={"TF_USE_LEGACY_KERAS": "1"})
     ps_usage: dict[str, Any] = {}
+    worker_usage: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tictac-fitbench-") as tmp:
         cfg = {"model": config.model, "batch": config.batch_size(),
                "orders": {o: o for o in config.orders if o in BASELINES},
@@ -134,10 +135,11 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
                     say(f"[bench fit] shaped network: {len(hosts)} namespaces, links at "
                         f"{config.rate}")
                     code = _coordinate(cluster, cfg, tmp, "chief", config.timeout_s,
-                                       ps_usage)
+                                       ps_usage, worker_usage)
             else:
                 with LocalCluster(**kwargs) as cluster:
-                    code = _coordinate(cluster, cfg, tmp, None, config.timeout_s, ps_usage)
+                    code = _coordinate(cluster, cfg, tmp, None, config.timeout_s, ps_usage,
+                                      worker_usage)
         except ClusterError as e:
             raise RuntimeError(f"tictac bench --frontend fit: {e}") from None
         try:
@@ -162,31 +164,46 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
                  "one worker: > 1, this order is faster (1 + its throughput gain)",
         "wall_s": time.time() - started,
         "ps_usage": ps_usage,
+        "worker_usage": worker_usage,
         **result,
     }
 
 
 def _coordinate(cluster: Any, cfg: dict, tmp: str, host: str | None,
-                timeout_s: float, usage: dict[str, Any]) -> int:
+                timeout_s: float, usage: dict[str, Any],
+                worker_usage: dict[str, Any] | None = None) -> int:
     """Runs the coordinator; ``usage`` gets each PS process's CPU seconds over the run
     and its resident memory at its end (cluster/usage.py: the whole PS process, the
-    TensorFlow server with its gate, not the gate alone)."""
+    TensorFlow server with its gate, not the gate alone); ``worker_usage`` each
+    worker's CPU seconds and, as ``coordinator``, the coordinator process's (what one
+    step costs the whole cluster's CPU: `tictac whatif --cpus`)."""
+    import resource
     from tictac_hooks.cluster.usage import group_usage
     cfg = dict(cfg, cluster_spec=cluster.spec)
     ps = [cluster.task("ps", i) for i in range(cfg["ps"])]
-    before = [group_usage(t.process.pid) for t in ps]
+    workers = [t for t in cluster.tasks if t.job == "worker"]
+    before = [group_usage(t.process.pid) for t in ps + workers]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
     path = os.path.join(tmp, "config.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
     argv = [sys.executable, "-m", "tictac_hooks.bench.fit_mode", path]
     (code,) = cluster.run_clients([argv], host=host, dead_task_grace_s=10.0,
                                   timeout_s=timeout_s, workers_may_die=True)
-    for t, b in zip(ps, before):
+    for k, (t, b) in enumerate(zip(ps + workers, before)):
         a = group_usage(t.process.pid)
-        if a is not None and b is not None:
+        if a is None or b is None:
+            continue
+        if k < len(ps):
             usage[t.address] = {"cpu_s": round(a.cpu_s - b.cpu_s, 2),
                                 "rss_mb": round(a.rss_bytes / 2**20, 1),
                                 "peak_rss_mb": round(a.peak_rss_bytes / 2**20, 1)}
+        elif worker_usage is not None:
+            worker_usage[t.address] = {"cpu_s": round(a.cpu_s - b.cpu_s, 2)}
+    if worker_usage is not None:
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        worker_usage["coordinator"] = {"cpu_s": round(
+            after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime, 2)}
     return code
 
 

@@ -29,7 +29,9 @@ slower than TicTac there.
 The "-joint" models simulate the W workers of a step together instead (:func:`joint`):
 each on its own processor, sharing each PS's link in both directions, an installed
 order served as the pacing gate serves it. Only they see why serving the workers one
-after the other pays in training (the first pushes while the next still pulls).
+after the other pays in training (the first pushes while the next still pulls). For tens
+to hundreds of workers, `tictac whatif` (graph/whatif.py) simulates one worker against
+the others' load instead of W copies.
 """
 
 from __future__ import annotations

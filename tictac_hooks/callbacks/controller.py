@@ -7,10 +7,11 @@ next step on every worker receives its parameters in that one order.
 
 The controller sequences these phases; the work is done beside it: settings.py (the
 settings, and what each gate backend honours), planner.py (the DAG restricted to what
-the PSes served, timed for TAC, the per-PS install plan), check_runner.py (the order
-check's blocks and decision; order_check.py its statistics), reading.py (the records
-read on a thread of their own, lost workers, what was read), switching.py (the switch
-itself, or an order restored after a restart: saved_order.py).
+the PSes served, timed for TAC, the per-PS install plan, the run's profile),
+check_runner.py (the order check's blocks and decision; order_check.py its
+statistics), reading.py (the records read on a thread of their own, lost workers, what
+was read), switching.py (the switch itself, or an order restored after a restart:
+saved_order.py).
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@ parts.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks.callbacks.settings import TicTacSetupError
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
+from tictac_hooks.graph.profile import from_run
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 from tictac_hooks.graph.tf.naming import canonical_transfer_name, sending_node_name
 
@@ -133,6 +134,20 @@ def parts_for(algorithm: str, graphs: Mapping[str, Graph],
                           compute_profile_error)
         parts.append((graph, compute_order(graph, algorithm)))
     return parts
+
+
+def save_profile(log_dir: str, graph: Graph, compute_times: Mapping[str, float] | None,
+                 steplog: Any) -> str | None:
+    """Writes the run's profile to ``log_dir`` for `tictac whatif --profile LOG_DIR`
+    (graph/profile.py, :func:`~tictac_hooks.graph.profile.from_run`), with the bytes
+    each transfer was served with while profiling (``steplog.transfer_bytes()``). A
+    profile that cannot be written is said in one warning; training goes on."""
+    try:
+        return from_run(graph, dict(compute_times) if compute_times else None,
+                        dict(steplog.transfer_bytes())).save(log_dir)
+    except (OSError, ValueError) as e:
+        log.warning("TicTac: no profile written to %s (%s)", log_dir, e)
+        return None
 
 
 def orders(candidates: Mapping[str, Parts], name: str) -> Parts:

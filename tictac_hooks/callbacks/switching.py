@@ -69,6 +69,9 @@ class Switching:
             parts = self._parts_for(algorithm, graphs, compute_times, served, late)
         candidates = {algorithm: parts}
         self.schedule = planner.merged(parts)
+        if self.settings.log_dir:  # what `tictac whatif --profile LOG_DIR` reads
+            planner.save_profile(self.settings.log_dir, parts[0][0], compute_times,
+                                 self.steplog)
         self.coverage = coverage.measure(self.steplog.profiled_records(),
                                          set(self.schedule.order))
         self.say(f"{algorithm.upper()} order of {len(self.schedule)} transfers "

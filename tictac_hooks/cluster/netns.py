@@ -54,6 +54,8 @@ _CLONE_NEWNET = 0x40000000
 _NAME = re.compile(r"^[a-z][a-z0-9]{0,15}$")
 _STALE = re.compile(rf"^{PREFIX}-(\d+)-([0-9a-f]+)-")
 _GSO_MAX = 64 << 10
+# `ip netns exec NS` bind-mounts each file of ETC_NETNS/NS over /etc/ for the command.
+ETC_NETNS = "/etc/netns"
 T = TypeVar("T")
 
 
@@ -160,6 +162,7 @@ def _delete_namespaces(names: Iterable[str]) -> None:
     for name in names:
         _kill_namespace_processes(name)
         _cmd(["ip", "netns", "delete", name], check=False)
+        shutil.rmtree(os.path.join(ETC_NETNS, name), ignore_errors=True)
 
 
 def cleanup_stale(force: bool = False) -> list[str]:
@@ -169,7 +172,8 @@ def cleanup_stale(force: bool = False) -> list[str]:
     own = {ns for net in cleanup.live() if isinstance(net, ShapedNetwork)
            for ns in net.namespaces()}
     stale = []
-    for name in _namespaces():
+    leftover = os.listdir(ETC_NETNS) if os.path.isdir(ETC_NETNS) else []
+    for name in sorted(set(_namespaces()) | set(leftover)):
         m = _STALE.match(name)
         if m and name not in own and (force or not pid_alive(int(m.group(1)))):
             stale.append(name)
@@ -362,6 +366,8 @@ class ShapedNetwork:
         if self._open:
             present = set(_namespaces())
             _delete_namespaces([ns for ns in self.namespaces() if ns in present])
+            for ns in self.namespaces():
+                shutil.rmtree(os.path.join(ETC_NETNS, ns), ignore_errors=True)
             self._open = False
         cleanup.unregister(self)
 
@@ -372,6 +378,19 @@ class ShapedNetwork:
         self.close()
 
     # -- running things in a host ----------------------------------------------------
+
+    def write_etc(self, host: str, name: str, text: str) -> None:
+        """Writes ``/etc/<name>`` as ``host``'s processes see it (e.g. "hosts",
+        "resolv.conf"): ``ip netns exec`` bind-mounts the file over the machine's own.
+        Write it before :meth:`run`; later writes rewrite the same file in place, so the
+        processes already running read the new text (glibc reads /etc/hosts on every
+        lookup). :meth:`close` removes it."""
+        if not re.fullmatch(r"[a-z][a-z.]*", name):
+            raise ValueError(f"an /etc file name of lowercase letters and dots, got {name!r}")
+        folder = os.path.join(ETC_NETNS, self.namespace(host))
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "w") as f:  # truncates: same inode
+            f.write(text)
 
     def command(self, host: str, argv: Sequence[str]) -> list[str]:
         """``argv`` prefixed to run in ``host``'s namespace (``ip netns exec``)."""

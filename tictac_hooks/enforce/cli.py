@@ -10,6 +10,9 @@ import sys
 
 from tictac_hooks import checks
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S
+from tictac_hooks.enforce.tf_config import (EXIT_RETRY, WILDCARD_HOSTS, NotResolvedError,
+                                            cluster_from_tf_config, unexpanded_variable,
+                                            wait_resolvable)
 from tictac_hooks.graph.schedule import Schedule
 
 
@@ -41,9 +44,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "free one)")
     p.add_argument("--bind-host", default=None,
                    help="where the PS listens. native: its one port (default: the host of "
-                        "its cluster-spec address); proxy: the rendezvous (default "
-                        "127.0.0.1). 0.0.0.0 serves every interface (warned: TensorFlow's "
-                        "servers have no authentication)")
+                        "its cluster-spec address, waited for until it resolves); proxy: "
+                        "the rendezvous (default 127.0.0.1). On Kubernetes give the pod IP "
+                        "(--bind-host $(POD_IP)): a replica's name resolves only once its "
+                        "pod is Ready. 0.0.0.0 serves every interface (warned: "
+                        "TensorFlow's servers have no authentication)")
+    p.add_argument("--resolve-timeout", type=checks.arg_seconds(), default=120.0,
+                   metavar="SECONDS",
+                   help="how long to wait for a bind host given as a name to resolve; "
+                        f"then exit {EXIT_RETRY}, which Kubernetes' TFJob operator retries "
+                        "(default 120; configuration errors exit 2, never retried)")
     p.add_argument("--skip-after", type=checks.arg_seconds(), default=DEFAULT_SKIP_AFTER_S,
                    metavar="SECONDS",
                    help="the skip bound, the same bound as --tictac_skip_timeout with the "
@@ -121,8 +131,6 @@ def _task_arguments(p: argparse.ArgumentParser) -> None:
 def _cluster(args: argparse.Namespace) -> tuple[dict, str, int]:
     """(cluster spec, job, task index) from --cluster-spec or TF_CONFIG, checked before
     TensorFlow is imported: a wrong spec fails fast, with a message, not a traceback."""
-    from tictac_hooks.enforce.server import cluster_from_tf_config
-
     if args.cluster_spec is not None:
         spec = _cluster_spec_arg(args.cluster_spec)
         if args.job not in spec:
@@ -187,8 +195,31 @@ def _own_port_free(spec: dict, job: str, index: int) -> None:
                      f"{job}:{index}'s address {address} in the cluster spec")
 
 
+def _wait_for_bind_host(args: argparse.Namespace, spec: dict, job: str, index: int) -> None:
+    """Before TensorFlow is imported: --bind-host is usable (not empty, not a Kubernetes
+    ``$(VAR)`` left unexpanded), and the host this PS binds resolves when it is a name
+    (waited for: NotResolvedError after --resolve-timeout)."""
+    if args.bind_host is not None:
+        unexpanded_variable(args.bind_host, "--bind-host")
+        if not args.bind_host.strip():
+            raise ValueError("--bind-host is empty; give a host name or an address, e.g. "
+                             "--bind-host $(POD_IP) on Kubernetes")
+    if args.no_rendezvous:
+        return  # a plain TensorFlow server binds every interface
+    host = args.bind_host
+    if host is None and args.backend == "native":
+        host = checks.address("address", spec[job][index])[0]
+    if host is not None and host not in WILDCARD_HOSTS:
+        wait_resolvable(host, args.resolve_timeout, f"{job}:{index}")
+
+
 def _ps(args: argparse.Namespace) -> int:
     spec, job, index = _cluster(args)
+    try:
+        _wait_for_bind_host(args, spec, job, index)
+    except NotResolvedError as e:
+        print(f"tictac ps: error: {e}", file=sys.stderr, flush=True)
+        return EXIT_RETRY
     # The native (or plain) PS's server binds its cluster-spec port; the proxy's
     # TensorFlow server binds --private-port (the rendezvous says itself when the
     # cluster-spec port is taken).
@@ -210,7 +241,7 @@ def _ps(args: argparse.Namespace) -> int:
               f"{spec[job][index]}", flush=True)
         server.join()
         return 0
-    if args.bind_host in ("0.0.0.0", "::", "[::]"):
+    if args.bind_host in WILDCARD_HOSTS:
         print(f"tictac ps: warning: --bind-host {args.bind_host}: this PS accepts "
               "connections on every interface; TensorFlow's gRPC servers have no "
               "authentication, so anything that reaches the port can run ops here: keep it "

@@ -13,7 +13,6 @@ TensorFlow is imported when a server is built, not at module import.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Mapping
 
@@ -33,27 +32,9 @@ def split_address(address: str) -> tuple[str, int]:
     return checks.address("address", address)
 
 
-def cluster_from_tf_config(tf_config: str | Mapping[str, Any] | None = None
-                           ) -> tuple[dict[str, list[str]], str, int]:
-    """(cluster spec, job name, task index) from TF_CONFIG (a JSON string or dict;
-    default: the TF_CONFIG environment variable)."""
-    if tf_config is None:
-        tf_config = os.environ.get("TF_CONFIG")
-        if not tf_config:
-            raise ValueError("TF_CONFIG is not set; pass --cluster-spec and --task-index "
-                             "or set TF_CONFIG to {\"cluster\": ..., \"task\": ...}")
-    if isinstance(tf_config, str):
-        try:
-            tf_config = json.loads(tf_config)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"TF_CONFIG is not valid JSON: {e}") from None
-    try:
-        cluster = dict(tf_config["cluster"])
-        task = tf_config["task"]
-        return cluster, task["type"], int(task["index"])
-    except (KeyError, TypeError, ValueError):
-        raise ValueError("TF_CONFIG must look like {\"cluster\": {\"ps\": [...], ...}, "
-                         "\"task\": {\"type\": \"ps\", \"index\": 0}}") from None
+def bracketed(host: str) -> str:
+    """``host`` as it goes before ``:PORT``: a bare IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _tf_server(server_def: Any, port: int, what: str) -> Any:
@@ -177,7 +158,7 @@ class TicTacServer:
             # (tf_server.cc reads TICTAC_BIND_HOST while the server starts).
             old = os.environ.get("TICTAC_BIND_HOST")
             if bind_host:
-                os.environ["TICTAC_BIND_HOST"] = bind_host
+                os.environ["TICTAC_BIND_HOST"] = bracketed(bind_host)
             try:
                 self._server = _tf_server(server_def, public_port,
                                           f"{task}'s address {public} in the cluster spec")
@@ -202,8 +183,7 @@ class TicTacServer:
                                   f"{task}'s private port (private_port)")
         if gate is None:
             gate = Gate(skip_after_s=skip_after_s, workers=workers)
-        bind_host = bind_host or DEFAULT_BIND_HOST
-        host = bind_host if ":" not in bind_host or bind_host.startswith("[") else f"[{bind_host}]"
+        host = bracketed(bind_host or DEFAULT_BIND_HOST)
         self.rendezvous = Rendezvous(f"{host}:{public_port}", self.private_address, gate=gate)
         if start:
             self.start()

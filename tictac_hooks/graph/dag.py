@@ -203,7 +203,7 @@ class Graph:
         keep = set(names)
         ops = [op if op.kind != RECV or op.name in keep
                else dataclasses.replace(op, kind=COMPUTE, channel=None, time=0.0,
-                                         declared=None)
+                                         declared=None, param=None)
                for op in self._ops]
         return Graph(ops)
 
