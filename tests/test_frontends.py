@@ -92,7 +92,8 @@ def _keras(settings: dict, dag: StepDAG, monkeypatch):
     cb = TicTac(measure_compute=False, **settings)
     cb.background_switch = False  # the switch at exactly step N (tested apart below)
     monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
-    monkeypatch.setattr(cb, "_find_dag", lambda mode: dag)
+    monkeypatch.setattr(cb, "_find_dag", lambda mode, times=True: dag)
+    monkeypatch.setattr(cb, "_compute_times", lambda mode, d: d.compute_times)
     monkeypatch.setattr(cb, "_join", lambda: JOINS.append(1))
     epochs = {"n": 0}
 
@@ -497,7 +498,7 @@ def test_a_failed_compute_profile_turns_tac_off_in_one_line_and_training_goes_on
                     check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0)
     frontend, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
 
-    def find_dag(*mode):
+    def find_dag(*mode, **times):
         dag = StepDAG(graph, bandwidth=1e6)
         dag.compute_times = profile_for(frontend.controller, None, dag, 32)
         return dag
@@ -584,7 +585,8 @@ def _callback(monkeypatch, **settings):
     cb = TicTac(measure_compute=False, algorithm="tic", check_rounds=0, window_bytes=0,
                 **settings)
     monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
-    monkeypatch.setattr(cb, "_find_dag", lambda mode: StepDAG(_dag()))
+    monkeypatch.setattr(cb, "_find_dag", lambda mode, times=True: StepDAG(_dag()))
+    monkeypatch.setattr(cb, "_compute_times", lambda mode, d: d.compute_times)
     monkeypatch.setattr(cb, "_join", lambda: None)
     return cb
 
@@ -670,7 +672,7 @@ def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):
 
     graph = _dag()
 
-    def slow_dag(mode):
+    def slow_dag(mode, times=True):
         time.sleep(0.6)
         return StepDAG(graph)
     from tictac_hooks import TicTac
@@ -679,6 +681,7 @@ def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):
     assert cb.background_switch
     monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
     monkeypatch.setattr(cb, "_find_dag", slow_dag)
+    monkeypatch.setattr(cb, "_compute_times", lambda mode, d: None)
     joins = []  # the switch does not join the dispatched steps; the end of fit does
     monkeypatch.setattr(cb, "_join", lambda: joins.append(len(versions)))
     workers = Workers(gate, graph, seed=5)
@@ -703,6 +706,65 @@ def test_fits_switch_runs_off_the_dispatch_thread(gate, monkeypatch):
     worker = summary["workers"][TASK]
     assert worker["steps"] == len(versions)
     assert summary["order"]["followed"] == summary["order"]["scheduled_steps"] > 0
+
+
+def test_tic_goes_in_before_the_compute_profile_and_the_check_waits_for_it(gate,
+                                                                          monkeypatch):
+    """TIC needs no compute times: its order is in place as soon as the DAG is found,
+    while the compute profile (here 0.8 s) runs after it; the order check, whose TAC
+    candidate needs the profile, starts once it is there."""
+    import time
+
+    graph = _dag()
+    from tictac_hooks import TicTac
+    cb = TicTac(algorithm="tic", profile_steps=PROFILE_STEPS, check_rounds=1,
+                check_block_steps=3, recheck_every=0, window_bytes=0)
+    monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(cb, "_find_dag", lambda mode, times=True: StepDAG(graph,
+                                                                          bandwidth=1e6))
+
+    def slow_times(mode, dag):
+        time.sleep(0.8)
+        return {op.name: 0.001 for op in graph.compute_ops}
+    monkeypatch.setattr(cb, "_compute_times", slow_times)
+    monkeypatch.setattr(cb, "_join", lambda: None)
+    workers = Workers(gate, graph, seed=6)
+    cb.on_train_begin()
+    ran = []
+    for i in range(PROFILE_STEPS + 70):
+        workers.step()
+        ran.append(gate.records()[-1]["algorithm"])
+        cb.on_train_batch_end(i)
+        time.sleep(0.03)  # the profile's 0.8 s spans about 25 steps
+    cb.on_train_end()
+    summary = cb.summary
+    workers.close()
+    first = next(i for i, v in enumerate(ran) if v is not None)
+    assert first - PROFILE_STEPS < 12, ran  # in place before the profile ended
+    assert summary["hook"]["switch_in_background_ms"] < 800, summary["hook"]
+    assert set(summary["check"]["candidates"]) == {"tic", "tac"}, summary["check"]
+
+
+def test_a_run_that_ends_before_the_switch_says_so(gate, monkeypatch, capsys):
+    """Too few steps to profile: one line, and the summary's ``not_ordered`` says
+    every step ran in TensorFlow's order."""
+    graph = _dag()
+    from tictac_hooks import TicTac
+    cb = TicTac(algorithm="tic", profile_steps=PROFILE_STEPS, check_rounds=0,
+                window_bytes=0)
+    monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(cb, "_join", lambda: None)
+    workers = Workers(gate, graph, seed=7)
+    cb.on_train_begin()
+    for i in range(PROFILE_STEPS - 2):
+        workers.step()
+        cb.on_train_batch_end(i)
+    cb.on_train_end()
+    workers.close()
+    reason = (f"the run ended after {PROFILE_STEPS - 2} steps, before the switch at "
+              f"{PROFILE_STEPS} (profile_steps): every step ran in TensorFlow's order")
+    assert cb.summary["not_ordered"].startswith(reason), cb.summary["not_ordered"]
+    assert f"[tictac] {reason}" in capsys.readouterr().out
 
 
 def test_the_hook_reads_the_declaration_order_of_the_graph_it_runs():

@@ -77,6 +77,9 @@ class CheckRunner:
         # PSes restarted (a new gate, no order) that still wait for theirs; what the
         # PSes run changes under this lock (the reading thread finds restarts).
         self.to_reinstall: set[str] = set()
+        # The switch installed its order before the compute times came (TIC): the
+        # check waits for them (Switching.timed), then start() runs it.
+        self.waiting = False
         self._lock = threading.RLock()
 
     @property
@@ -96,6 +99,7 @@ class CheckRunner:
 
     def start(self) -> None:
         """The check begins with the next dispatched step; one line says what it runs."""
+        self.waiting = False
         if self.plan is None:
             return
         self.n = 0
@@ -150,7 +154,7 @@ class CheckRunner:
         """The frontends call this once per step they dispatch after the switch: runs
         the order check's blocks (order_check.py), applies its decision, and starts the
         check again every ``recheck_every`` steps per worker."""
-        if self.plan is None or not self.candidates:
+        if self.plan is None or not self.candidates or self.waiting:
             return
         if self.n >= 0:
             n = self.n

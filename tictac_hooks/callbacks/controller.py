@@ -116,6 +116,7 @@ class Controller(Switching):
         # what it is valid for, and the file a restored order came from.
         self.order_dir: str | None = None
         self._fingerprint: str | None = None
+        self._switched_on: Any = None  # the switch's (DAGs, served names, late recvs)
         self.restored_from: str | None = None
 
     # --- the order check (check_runner.py) -----------------------------------------------

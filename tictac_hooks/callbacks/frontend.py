@@ -27,6 +27,7 @@ from __future__ import annotations
 import array
 import contextlib
 import dataclasses
+import logging
 import statistics
 import threading
 import time
@@ -35,6 +36,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from tictac_hooks.callbacks.controller import Controller
 from tictac_hooks.callbacks.settings import Settings
 from tictac_hooks.graph.dag import Graph
+
+log = logging.getLogger("tictac")
 
 
 @dataclasses.dataclass
@@ -76,6 +79,9 @@ class StepDriver:
         profiled steps instead). The Keras callback uses it: fit's dispatch of a step
         takes well under a millisecond under ParameterServerStrategy, and tf_keras
         warns about a batch hook that takes longer than that.
+      find_times: measures the compute times of a DAG found by ``find_dag`` (None:
+        ``find_dag`` brings them). Given, TIC's order, which needs none, is installed
+        before they are measured (the order check then waits for them).
       order_dir: gives, at the first step, the directory where the order is saved
         for a job restart (saved_order.py; None: not saved); an order saved there by
         an earlier run of the job is restored, without profiling, when it fits.
@@ -88,6 +94,8 @@ class StepDriver:
                  install: bool = True, destination_jobs: Sequence[str] = ("worker",),
                  poll_every: int | None = None, training: bool = True,
                  background_switch: bool = False,
+                 find_times: "Callable[[StepDAG], Mapping[str, float] | None] | None"
+                 = None,
                  order_dir: Callable[[], str | None] | None = None,
                  find_graphs: Callable[[], Graph | Mapping[str, Graph]] | None = None
                  ) -> None:
@@ -106,8 +114,10 @@ class StepDriver:
         self._held_cost: dict[str, list[float]] = {"switch": [], "check": []}
         self.background_switch = background_switch
         self._switching: threading.Thread | None = None  # the switch in the background
-        self._switched = threading.Event()
-        self.switch_seconds: float | None = None  # how long the background switch took
+        self._switched = threading.Event()  # the order is in place (or the switch ended)
+        self._in_place = False                # the loop has seen it
+        self.switch_seconds: float | None = None  # from the switch's start to the order
+        self._find_times = find_times
         self.installed_at_step: int | None = None  # training steps dispatched by then
         # An order saved by an earlier run of the job, restored at the first step on a
         # thread of its own (TensorFlow's order meanwhile); restored: it fitted.
@@ -159,12 +169,11 @@ class StepDriver:
                 self.switch()
                 self._held_cost["switch"].append(time.perf_counter() - t0)
                 return
-        if self._switching is not None:
+        if self._switching is not None and not self._in_place:
             if not self._switched.is_set():  # still switching: TensorFlow's order
                 self._record_cost(time.perf_counter() - t0, holds)
                 return
-            self._switching.join()
-            self._switching = None  # installed: this call is the first after it
+            self._in_place = True  # installed: this call is the first after it
             self.installed_at_step = before
         if before >= self.settings.profile_steps:
             for _ in range(count):  # the order check counts training steps
@@ -250,13 +259,17 @@ class StepDriver:
         names are every profiled step's). The steps dispatched meanwhile run in
         TensorFlow's order and get no step time (``switching``: the compute profile
         shares the machine with them)."""
-        t0 = time.perf_counter()
+        self._t_switch = time.perf_counter()
         beside = self.controller.begin_beside()
         try:
             self._find_dag_and_switch(holds_loop=False)
         finally:
             self.controller.end_beside(beside)
-            self.switch_seconds = time.perf_counter() - t0
+            self._in_place_now()
+
+    def _in_place_now(self) -> None:
+        if not self._switched.is_set():
+            self.switch_seconds = time.perf_counter() - self._t_switch
             self._switched.set()
 
     def _find_dag_and_switch(self, holds_loop: bool) -> None:
@@ -264,12 +277,44 @@ class StepDriver:
         failure is one line, and TensorFlow's order stays."""
         try:
             dag = self._find_dag()
+            # TIC's order needs no compute times: it goes in first, and the times the
+            # check's other candidates (TAC) and E need are measured after it.
+            tic_first = self._find_times is not None and \
+                self.controller.settings.algorithm == "tic"
+            if self._find_times is not None and not tic_first:
+                dag.compute_times = self._find_times(dag)
             if not holds_loop:
                 self.controller.wait_for_profiled_records()
             self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
-                                   late=set(dag.late), holds_loop=holds_loop)
+                                   late=set(dag.late), holds_loop=holds_loop,
+                                   check_later=tic_first)
+            if tic_first:
+                if not holds_loop:
+                    self._in_place_now()
+                try:
+                    times = self._find_times(dag)
+                except Exception:  # noqa: BLE001 - TIC stays; the check goes without
+                    log.debug("TicTac: the compute profile after the switch", exc_info=True)
+                    times = None
+                self.controller.timed(times)
         except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
             self.controller.not_ordered(e)
+
+    def _ended_before_the_order(self) -> str | None:
+        """Why no step ran in TicTac's order, when training ended before the switch put
+        it in place (None: it did, or nothing was to be installed)."""
+        if (self.restored or not self.controller.installs or self._in_place
+                or self.settings.algorithm == "none" or self.controller.not_ordered_reason):
+            return None
+        if self.steps < self.settings.profile_steps:
+            return (f"the run ended after {self.steps} steps, before the switch at "
+                    f"{self.settings.profile_steps} (profile_steps): every step ran in "
+                    "TensorFlow's order; profile fewer steps or train longer")
+        if self._switching is None:
+            return None
+        return (f"the run ended {time.perf_counter() - self._t_switch:.1f} s into the "
+                "switch, before the order was in place: every step ran in TensorFlow's "
+                "order; profile fewer steps or train longer")
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -295,10 +340,14 @@ class StepDriver:
     def finish(self) -> dict[str, Any]:
         """Waits for dispatched steps, reads the last records, writes the logs; returns
         the summary."""
+        ended = self._ended_before_the_order()
         for thread in (self._switching, self._restoring):  # training ended meanwhile
             if thread is not None:
                 thread.join()
         self._switching = self._restoring = None
+        if ended:
+            self.controller.not_ordered_reason = ended
+            self.controller.say(ended)
         if self._join is not None:
             self._join()
         return self.controller.finish(hook=self.hook_cost())

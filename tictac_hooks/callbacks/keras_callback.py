@@ -225,7 +225,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                         find_graphs=lambda: self._find_dag(mode, times=False).graphs
                         ) if mode == "train" else {}
         driver = StepDriver(self._ps_addresses(), settings,
-                            find_dag=lambda: self._find_dag(mode), join=self._join,
+                            find_dag=lambda: self._find_dag(mode, times=False),
+                            find_times=lambda dag: self._compute_times(mode, dag),
+                            join=self._join,
                             destination_jobs=jobs, training=mode == "train",
                             background_switch=self.background_switch, **restarts)
         self.controller = driver.controller
@@ -278,15 +280,24 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         profile when asked for or when TAC needs it (compute_profile.py: the traced step
         itself, run in a child process; a failure turns TAC off, never training), unless
         ``times`` is False."""
-        concrete = traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
-                                   f"Keras's {mode} function")
-        dag = dag_of(concrete, None, self.bandwidth, model=self.model)
+        dag = dag_of(self._concrete(mode), None, self.bandwidth, model=self.model)
+        if times:
+            dag.compute_times = self._compute_times(mode, dag)
+        return dag
+
+    def _concrete(self, mode: str) -> Any:
+        return traced_function(getattr(self.model, _MODE_FUNCTION[mode]),
+                               f"Keras's {mode} function")
+
+    def _compute_times(self, mode: str, dag: StepDAG) -> Any:
+        """The compute profile of ``dag`` when asked for or when TAC needs it (None:
+        not asked for, or it failed, which turns TAC off and says why)."""
         from tictac_hooks import flags as tictac_flags
         measure = tictac_flags.setting("measure_compute", self.measure_compute)
-        if times and (measure or self.controller.settings.algorithm == "tac"):
-            batch = self._batch_size() if mode != "predict" else None
-            dag.compute_times = profile_for(self.controller, concrete, dag, batch)
-        return dag
+        if not (measure or self.controller.settings.algorithm == "tac"):
+            return None
+        batch = self._batch_size() if mode != "predict" else None
+        return profile_for(self.controller, self._concrete(mode), dag, batch)
 
     def _batch_size(self) -> int | None:
         """The batch size fit feeds, for the compute profile: the examples the loss

@@ -28,7 +28,7 @@ class Switching:
     def switch(self, graphs: Graph | Mapping[str, Graph],
                compute_times: Mapping[str, float] | None = None,
                bandwidth: float | None = None, late: "set[str] | None" = None,
-               holds_loop: bool = True) -> Schedule | None:
+               holds_loop: bool = True, check_later: bool = False) -> Schedule | None:
         """Computes the order and installs it on every PS.
 
         ``graphs`` is the worker's DAG as traced, or one DAG per worker task when the
@@ -40,8 +40,10 @@ class Switching:
         feeds): they cannot be ready at the start of the step, so scheduling them early
         would stall every transfer behind them; they are left unscheduled (they pass
         the rendezvous straight through). ``compute_times`` (seconds per compute op) is
-        needed for TAC and for measured E. Returns the (merged) schedule, or None for
-        algorithm "none".
+        needed for TAC and for measured E. With ``check_later`` (TIC, whose order needs
+        no times), the order is installed at once and the order check waits for
+        :meth:`timed`, which brings the compute times the other candidates need.
+        Returns the (merged) schedule, or None for algorithm "none".
         """
         pause_start = time.time()
         self.poll()
@@ -81,28 +83,12 @@ class Switching:
         short = coverage.warning(self.coverage, planner.why_unlisted(graphs, late))
         if short:
             log.warning("TicTac: %s", short)
-        if self.check is not None:
-            # The check also tries the other algorithm where it can be computed (TAC
-            # needs measured compute times and transfer sizes).
-            other = {"tic": "tac", "tac": "tic"}[algorithm]
-            try:
-                candidates[other] = self._parts_for(other, graphs, compute_times, served,
-                                                    late)
-            except (TicTacSetupError, ScheduleError) as e:
-                self.say(f"the order check tries {algorithm.upper()} only: "
-                         f"{other.upper()} is off ({e})")
-                self.check_off[other] = str(e)
-            for label, name in self.check_extra.items():
-                if label in candidates:
-                    continue
-                try:
-                    candidates[label] = [
-                        (g, dataclasses.replace(s, algorithm=label)) for g, s in
-                        self._parts_for(name, graphs, compute_times, served, late)]
-                except (TicTacSetupError, ValueError) as e:  # ScheduleError included
-                    self.check_off[label] = str(e)
-                    self.say(f"the order check leaves {label} out: {e}")
+        self._switched_on = (graphs, served, late)
+        if not check_later:
+            self._other_candidates(candidates, compute_times)
         self.runner.switched(algorithm, candidates, self.spread_over)
+        if check_later:
+            self.runner.waiting = True  # until timed()
         if self.installs:
             self._install(parts)
             self.runner.installed = algorithm
@@ -112,9 +98,52 @@ class Switching:
         if self._writer:
             self._writer.switched(algorithm, len(self.schedule), len(self.ps_addresses),
                                   self.coverage.phrase(), self.coverage.bytes_share)
-        self.runner.start()
+        if not check_later:
+            self.runner.start()
         self._save_order()
         return self.schedule
+
+    def timed(self, compute_times: Mapping[str, float] | None) -> None:
+        """The compute times measured after a ``check_later`` switch (None: none could
+        be): the order check's other candidates (TAC needs them), measured E, and the
+        check's start."""
+        candidates = dict(self.runner.candidates)
+        if not candidates:
+            return  # the switch failed, or ran no algorithm
+        algorithm = next(iter(candidates))
+        if compute_times is not None:  # the per-step compute time, for E
+            self.compute_seconds = planner.compute_seconds(candidates[algorithm][0][0],
+                                                           compute_times)
+        self._other_candidates(candidates, compute_times)
+        self.runner.switched(algorithm, candidates, self.spread_over)
+        self.runner.start()
+        self._save_order()
+
+    def _other_candidates(self, candidates: dict, compute_times) -> None:
+        """The order check also tries the other algorithm where it can be computed (TAC
+        needs measured compute times and transfer sizes), and the extra orders asked
+        for (``check_extra``); what cannot be computed is left out, in one line."""
+        if self.check is None:
+            return
+        graphs, served, late = self._switched_on
+        algorithm = next(iter(candidates))
+        other = {"tic": "tac", "tac": "tic"}[algorithm]
+        try:
+            candidates[other] = self._parts_for(other, graphs, compute_times, served, late)
+        except (TicTacSetupError, ScheduleError) as e:
+            self.say(f"the order check tries {algorithm.upper()} only: "
+                     f"{other.upper()} is off ({e})")
+            self.check_off[other] = str(e)
+        for label, name in self.check_extra.items():
+            if label in candidates:
+                continue
+            try:
+                candidates[label] = [
+                    (g, dataclasses.replace(s, algorithm=label)) for g, s in
+                    self._parts_for(name, graphs, compute_times, served, late)]
+            except (TicTacSetupError, ValueError) as e:  # ScheduleError included
+                self.check_off[label] = str(e)
+                self.say(f"the order check leaves {label} out: {e}")
 
     def restore(self, graphs: Graph | Mapping[str, Graph],
                 saved: "saved_order.SavedOrder", path: str) -> bool:
