@@ -114,6 +114,9 @@ class Switching:
         if compute_times is not None:  # the per-step compute time, for E
             self.compute_seconds = planner.compute_seconds(candidates[algorithm][0][0],
                                                            compute_times)
+            if self.settings.log_dir:  # the profile again, with the compute times now
+                planner.save_profile(self.settings.log_dir, candidates[algorithm][0][0],
+                                     compute_times, self.steplog)
         self._other_candidates(candidates, compute_times)
         self.runner.switched(algorithm, candidates, self.spread_over)
         self.runner.start()
