@@ -188,8 +188,8 @@ class StepDriver:
         from tictac_hooks.callbacks import saved_order
         directory = self._order_dir()
         self.controller.order_dir = directory
-        if not directory or not self.controller.installs:
-            return
+        if not directory or not self.controller.installs or self.settings.algorithm == "none":
+            return  # (algorithm "none": TensorFlow's order, a saved order included)
         try:
             saved = saved_order.load(directory)
         except saved_order.SavedOrderError as e:

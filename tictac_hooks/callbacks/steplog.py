@@ -249,7 +249,7 @@ class StepLog:
         interval (taken out of its step time; the step stays out of the medians);
         ``beside(start, end)`` whether TicTac's own work ran beside the step without
         holding it (a switch in the background, whose compute profile shares the
-        machine): such a step gets no step time and stays out of the medians;
+        machine): such a step keeps its step time (TensorBoard) but not the medians;
         ``efficiency`` gives a step's measured E.
         """
         out = []
@@ -272,9 +272,10 @@ class StepLog:
                 step_time, pause, switching = None, 0.0, False
                 if later is not None and missing == 0:
                     pause = paused(step.start, later.start)
+                    # Beside TicTac's own work (the compute profile shares the machine)
+                    # a step keeps its time, a point in TensorBoard, but no median.
                     switching = beside is not None and beside(step.start, later.start)
-                    if not switching:
-                        step_time = max(later.start - step.start - pause, 0.0)
+                    step_time = max(later.start - step.start - pause, 0.0)
                 phase = self._phase(step)
                 partly = phase == SCHEDULED and not step.ordered_at(self.ordered_ps)
                 index = self._number[worker]
@@ -282,8 +283,8 @@ class StepLog:
                 self._count[worker] += 1
                 out.append(WorkerStep(worker=worker, step=index, start=step.start,
                                       step_time=step_time, transfer_span=step.end - step.start,
-                                      phase=phase, efficiency=None if pause or
-                                      step_time is None else efficiency(step, step_time),
+                                      phase=phase, efficiency=None if pause or switching
+                                      or step_time is None else efficiency(step, step_time),
                                       paused_s=pause, order=step.algorithm))
                 if missing:
                     self.gaps[worker] += missing

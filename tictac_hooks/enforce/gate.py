@@ -353,13 +353,16 @@ class Gate:
         if window_bytes is not None:
             self.window_bytes = check_window(window_bytes)
         self._sweep(self.clock(), force=True)  # quiet steps are whole (gate.cc: timer)
-        whole = self._whole  # what whole (finished) steps served
+        # Restricted to what was served once a step is whole (before, half a step would
+        # leave the rest of it unexpected: every listed name is expected).
+        served = set(self._served) if self._whole else set()
         names = set(schedule.order)
-        expected = names & whole if whole else names
-        unmatched = tuple(n for n in schedule.order if whole and n not in whole)
+        expected = names & served if served else names
+        unmatched = tuple(n for n in schedule.order if served and n not in served)
         self._installed = _Installed(next(self._versions), schedule, expected)
-        # What each destination had been served in whole steps when it was installed.
-        self._served_at_install = {d: set(n) for d, n in self._whole_by_dest.items()}
+        # What each destination with a whole step had been served when installed.
+        self._served_at_install = {d: set(self._served_by_dest[d])
+                                   for d, n in self._whole_by_dest.items() if n}
         self._views.clear()
         self._absent_streak.clear()
         return InstallResult(self._installed.version, len(schedule), len(expected),
@@ -606,10 +609,11 @@ class Gate:
             self._whole_step(last)  # its worker went on to the next: that step is whole
 
     def _whole_step(self, channel: _Channel) -> None:
-        """An install restricts each destination's order to what whole steps served:
-        half a step (a PS restarted mid-step, a worker's first step) would leave the
-        rest of the step unexpected for as long as the install holds. A step is whole
-        once it finished by itself or its worker opened its next one."""
+        """An install restricts a destination's order to what it was served only once
+        one of its steps is whole: half a step (a PS restarted mid-step, a worker's
+        first step) would leave the rest of the step unexpected for as long as the
+        install holds. A step is whole once it finished by itself or its worker opened
+        its next one."""
         for name in channel.served:
             if len(self._whole) >= self.max_served_names:
                 break

@@ -352,11 +352,15 @@ std::string Gate::Install(const std::string& algorithm, const std::vector<Entry>
   std::unordered_set<std::string> expected;
   std::vector<std::string> unmatched;
   for (const auto& [name, p] : order) {
-    if (whole_.empty() || whole_.count(name)) expected.insert(name);
+    if (whole_.empty() || served_.count(name)) expected.insert(name);
     else unmatched.push_back(name);
   }
   installed_ = Installed::Make(next_version_++, algorithm, order, expected);
-  served_at_install_ = whole_by_dest_;
+  // A destination is restricted to what it was served once one of its steps is whole
+  // (before that, half a step would leave the rest unexpected: it expects every name).
+  served_at_install_.clear();
+  for (const auto& [dest, whole] : whole_by_dest_)
+    if (!whole.empty()) served_at_install_[dest] = served_by_dest_[dest];
   views_.clear();
   absent_streak_.clear();
   std::ostringstream o;
@@ -957,10 +961,10 @@ void Gate::Supersede(const std::string& dest, int64_t step_id, Runs* runs) {
   }
 }
 
-// An install restricts each destination's order to what whole steps served (Install,
-// View): half a step (a PS restarted mid-step, a worker's first step) would leave the
-// rest of the step unexpected for as long as the install holds. A step is whole once
-// it finished by itself or its worker opened its next one.
+// An install restricts each destination's order to what it was served only once a
+// step of it is whole (Install, View): half a step (a PS restarted mid-step, a worker's
+// first step) would leave the rest of the step unexpected for as long as the install
+// holds. A step is whole once it finished by itself or its worker opened its next one.
 void Gate::Whole(Channel* ch) {
   auto& whole = whole_by_dest_[ch->dest];
   for (const auto& name : ch->served) {

@@ -254,8 +254,8 @@ class Gate {
   std::unordered_map<std::string, int64_t> dest_records_;  // destination -> worker_seq
   std::unordered_set<std::string> served_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_by_dest_;
-  // What finished (whole) steps served, overall and per destination: what an install
-  // restricts the order to (served_ also counts the steps still running).
+  // What whole steps served, overall and per destination: an install restricts a
+  // destination's order to what it was served (served_) only once it has one.
   std::unordered_set<std::string> whole_;
   std::unordered_map<std::string, std::unordered_set<std::string>> whole_by_dest_;
   std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;
