@@ -105,7 +105,7 @@ def main() -> int:
                 "--bandwidth", bandwidth.replace(";", ","), "--steps", str(args.steps),
                 "--block-steps", str(args.block_steps), "--json", path]
         if batch:
-            argv += ["--batch", batch]
+            argv += ["--batch-size", batch]
         if args.schedules:
             argv += ["--schedules", args.schedules]
         print(f"== {' '.join(argv[2:])}", file=sys.stderr, flush=True)

@@ -56,7 +56,7 @@ flags.DEFINE_float(
     "tictac_skip_timeout", DEFAULTS["skip_timeout"],
     "The skip bound: seconds a scheduled transfer may be waited for before the PS's gate "
     f"skips it and releases the next one (default {DEFAULTS['skip_timeout']:g}; finite, "
-    "> 0: it never waits forever). `tictac ps --skip-after` is the same bound.")
+    "> 0: it never waits forever). `tictac ps --skip-timeout` is the same bound.")
 flags.register_validator(
     "tictac_skip_timeout", lambda v: v is not None and math.isfinite(v) and v > 0,
     message="--tictac_skip_timeout must be a finite number of seconds > 0")

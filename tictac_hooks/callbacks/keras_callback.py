@@ -64,7 +64,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         ``--tictac_log_dir`` if parsed, else nothing is written.
       skip_timeout: the skip bound: seconds, finite and > 0, a PS's gate waits for a
         scheduled transfer before it skips it and releases the next; training never
-        hangs. The same bound as ``tictac ps --skip-after``. None:
+        hangs. The same bound as ``tictac ps --skip-timeout``. None:
         ``--tictac_skip_timeout`` if parsed, else 2.0.
       bandwidth: the link rate of a PS in bytes/s, finite and > 0. Turns the native
         gate's pacing on: each PS hands transfers to gRPC no faster than this rate
