@@ -74,6 +74,11 @@ def test_entry_point_help():
                          capture_output=True, text=True, check=True).stdout
     for command in ("order", "simulate", "analyze"):
         assert command in out
+    # The deployment commands come first, the research tools last.
+    listed = [line.split()[0] for line in out.splitlines()
+              if line.startswith("    ") and line.split()[0].isidentifier()]
+    assert listed.index("ps") < listed.index("bench") < listed.index("order"), listed
+    assert "Deploying: ps, server, schedule, build" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("args,old,new,dest,value", [
