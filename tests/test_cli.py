@@ -86,6 +86,7 @@ def test_entry_point_help():
     (["schedule", "install", "--ps", "127.0.0.1:1", "o.json"], "--skip-after",
      "--skip-timeout", "skip_after", 3.0),
     (["bench"], "--batch", "--batch-size", "batch", 3),
+    (["bench-report", "r.json"], "--out", "--output-dir", "out", "3"),
 ])
 def test_a_renamed_option_takes_its_old_name_with_one_deprecation_line(
         args, old, new, dest, value, capsys):
@@ -103,8 +104,10 @@ def test_a_renamed_option_takes_its_old_name_with_one_deprecation_line(
      ["--skip-after"]),
     ("bench", ["--batch-size", "training: forward, backward"], ["--batch "]),
     ("order", ["docs/OFFLINE.md"], ["see README"]),
+    ("bench-report", ["--output-dir"], ["--out "]),
 ])
 def test_help_shows_the_current_names(command, shown, hidden):
+    """The current name in --help, the old one hidden (it still parses)."""
     out = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", command, "--help"],
                          capture_output=True, text=True, check=True, timeout=120).stdout
     text = " ".join(out.split())

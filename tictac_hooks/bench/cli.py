@@ -103,7 +103,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_bench)
     r = sub.add_parser("bench-report", help="Markdown + PNG plots from `tictac bench` JSON files")
     r.add_argument("inputs", nargs="+", metavar="RESULT.json")
-    r.add_argument("--out", required=True, metavar="DIR", help="directory for report.md + PNGs")
+    checks.add_renamed_option(r, "--output-dir", "--out", dest="out", default=None,
+                              metavar="DIR", help="directory for report.md + PNGs (required)")
     r.add_argument("--repredict", action="store_true",
                    help="recompute the simulator's predictions with this code from the "
                         "inputs saved beside each result (RESULT.sim.json.gz)")
@@ -186,6 +187,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from tictac_hooks.bench.report import write_report
+    if args.out is None:
+        raise ValueError("--output-dir DIR is required: the directory report.md and "
+                         "the plots go to")
     path = write_report(args.inputs, args.out, repredict=args.repredict)
     print(f"wrote {path}")
     return 0
