@@ -105,7 +105,7 @@ def main() -> int:
                 "--bandwidth", bandwidth.replace(";", ","), "--steps", str(args.steps),
                 "--block-steps", str(args.block_steps), "--json", path]
         if batch:
-            argv += ["--batch", batch]
+            argv += ["--batch-size", batch]
         if args.schedules:
             argv += ["--schedules", args.schedules]
         print(f"== {' '.join(argv[2:])}", file=sys.stderr, flush=True)
@@ -117,7 +117,7 @@ def main() -> int:
     if not outputs:
         return 1
     rc = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", "bench-report", *outputs,
-                         "--out", args.out] + (["--repredict"] if args.report_only else []),
+                         "--output-dir", args.out] + (["--repredict"] if args.report_only else []),
                         cwd=ROOT).returncode
     with open(os.path.join(args.out, "report.md")) as f:
         print(f.read())

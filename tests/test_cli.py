@@ -74,6 +74,47 @@ def test_entry_point_help():
                          capture_output=True, text=True, check=True).stdout
     for command in ("order", "simulate", "analyze"):
         assert command in out
+    # The deployment commands come first, the research tools last.
+    listed = [line.split()[0] for line in out.splitlines()
+              if line.startswith("    ") and line.split()[0].isidentifier()]
+    assert listed.index("ps") < listed.index("bench") < listed.index("order"), listed
+    assert "Deploying: ps, server, schedule, build" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("args,old,new,dest,value", [
+    (["ps", "--cluster-spec", "{}"], "--skip-after", "--skip-timeout", "skip_after", 3.0),
+    (["schedule", "install", "--ps", "127.0.0.1:1", "o.json"], "--skip-after",
+     "--skip-timeout", "skip_after", 3.0),
+    (["bench"], "--batch", "--batch-size", "batch", 3),
+    (["bench-report", "r.json"], "--out", "--output-dir", "out", "3"),
+])
+def test_a_renamed_option_takes_its_old_name_with_one_deprecation_line(
+        args, old, new, dest, value, capsys):
+    from tictac_hooks.cli import build_parser
+    parser = build_parser()
+    assert getattr(parser.parse_args(args + [new, "3"]), dest) == value
+    assert capsys.readouterr().err == ""
+    assert getattr(parser.parse_args(args + [old, "3"]), dest) == value
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and f"{old} is deprecated; use {new}" in lines[0], lines
+
+
+@pytest.mark.parametrize("command,shown,hidden", [
+    ("ps", ["--skip-timeout", "--tf-config", "--bind-host", "--resolve-timeout"],
+     ["--skip-after"]),
+    ("bench", ["--batch-size", "training: forward, backward"], ["--batch "]),
+    ("order", ["docs/OFFLINE.md"], ["see README"]),
+    ("bench-report", ["--output-dir"], ["--out "]),
+])
+def test_help_shows_the_current_names(command, shown, hidden):
+    """The current name in --help, the old one hidden (it still parses)."""
+    out = subprocess.run([sys.executable, "-m", "tictac_hooks.cli", command, "--help"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    text = " ".join(out.split())
+    for name in shown:
+        assert name in text, name
+    for name in hidden:
+        assert name not in text, name
 
 
 @pytest.mark.parametrize("text,value", [("1Gbit", 125e6), ("100Mbit", 12.5e6), ("125MB", 125e6),

@@ -437,6 +437,21 @@ def test_docstring_documents_every_argument_and_its_example_runs_as_written(name
         assert example.index("TF_USE_LEGACY_KERAS") < example.index("import tensorflow")
 
 
+def test_tictac_docstring_gives_each_flag_and_its_real_default():
+    """help(TicTac) says what None means for each argument: the flag, else the value."""
+    import inspect
+
+    from tictac_hooks import TicTac
+    from tictac_hooks import flags as tictac_flags
+    doc = " ".join(inspect.getdoc(TicTac).split())
+    for name, default in tictac_flags.DEFAULTS.items():
+        shown = ("nothing" if default is None else
+                 f'``"{default}"``' if isinstance(default, str) else repr(default))
+        assert f"None: ``--tictac_{name}`` if parsed, else {shown}" in doc, name
+    assert "rendezvous" not in doc and "turns the native gate's pacing on" in doc.replace(
+        "Turns", "turns")
+
+
 # -- the examples' count flags (issue #14.7) ---------------------------------------------
 
 @pytest.mark.parametrize("example,flag", [

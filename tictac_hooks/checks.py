@@ -142,3 +142,31 @@ def arg_address() -> Callable[[str], str]:
         address("value", v)
         return v
     return _arg(str, check)
+
+
+class _RenamedOption(argparse.Action):
+    """An option's old name: sets the new option's value and says, in one line on
+    stderr, which name to use."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str = "",
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        import sys
+        print(f"{parser.prog}: {option_string} is deprecated; use {self.new}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_renamed_option(parser: argparse.ArgumentParser, new: str, old: str,
+                       **kwargs: Any) -> argparse.Action:
+    """Adds option ``new`` (``kwargs`` as for ``add_argument``); its old name ``old``
+    still works, hidden from ``--help``, with one deprecation line when used."""
+    action = parser.add_argument(new, **kwargs)
+    parser.add_argument(old, dest=action.dest, type=action.type, metavar=action.metavar,
+                        default=argparse.SUPPRESS, help=argparse.SUPPRESS,
+                        action=_RenamedOption, new=new)
+    return action

@@ -10,19 +10,26 @@ from typing import Sequence
 
 # Modules with a `register(subparsers)` function; each adds its subcommands, whose
 # handlers are stored as `func` and return an exit code.
+# In this order in `tictac --help`: deployment first, then measuring, then the offline
+# research tools.
 COMMAND_MODULES = (
-    "tictac_hooks.graph.cli",
-    "tictac_hooks.graph.whatif_cli",
-    "tictac_hooks.graph.tf.cli",
     "tictac_hooks.enforce.cli",
     "tictac_hooks.bench.cli",
+    "tictac_hooks.graph.whatif_cli",
+    "tictac_hooks.graph.cli",
+    "tictac_hooks.graph.tf.cli",
 )
+EPILOG = ("Deploying: ps, server, schedule, build (docs/DEPLOYING.md). Measuring and "
+          "predicting: bench, bench-report, whatif (docs/USING.md, docs/WHATIF.md). "
+          "Offline, without a cluster: order, simulate, analyze "
+          "(docs/OFFLINE.md).")
 
 
 def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tictac",
-        description="TicTac communication scheduling for TensorFlow parameter-server training.")
+        description="TicTac communication scheduling for TensorFlow parameter-server training.",
+        epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in modules:

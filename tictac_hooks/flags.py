@@ -56,16 +56,17 @@ flags.DEFINE_float(
     "tictac_skip_timeout", DEFAULTS["skip_timeout"],
     "The skip bound: seconds a scheduled transfer may be waited for before the PS's gate "
     f"skips it and releases the next one (default {DEFAULTS['skip_timeout']:g}; finite, "
-    "> 0: it never waits forever). `tictac ps --skip-after` is the same bound.")
+    "> 0: it never waits forever). `tictac ps --skip-timeout` is the same bound.")
 flags.register_validator(
     "tictac_skip_timeout", lambda v: v is not None and math.isfinite(v) and v > 0,
     message="--tictac_skip_timeout must be a finite number of seconds > 0")
 flags.DEFINE_integer(
     "tictac_window_bytes", DEFAULTS["window_bytes"],
-    "Look-ahead window of the rendezvous: a scheduled transfer may be sent to the PS "
-    "before the one ahead of it is answered while at most this many bytes are in flight, "
-    "so runs of small transfers do not each wait one PS round trip (default 1048576; 0: "
-    "strictly one at a time).", lower_bound=0)
+    "Bytes (default 1048576; 0: strictly one at a time). Native gate: the pacing window; "
+    "while it paces (bandwidth= given) a transfer is handed to gRPC only while the bytes "
+    "handed and not yet drained at the link rate are within it. Proxy backend: the "
+    "look-ahead window; a scheduled transfer may be sent to the PS before the one ahead "
+    "of it is answered while at most this many bytes are in flight.", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_rounds", DEFAULTS["check_rounds"],
     "The order check after the switch: this many rounds of block pairs, a TicTac order "
@@ -76,14 +77,15 @@ flags.DEFINE_integer(
     "tictac_check_block_steps", DEFAULTS["check_block_steps"],
     "Training steps per worker per block of the order check (default 10; at least "
     f"{MIN_CHECK_BLOCK_STEPS}: a block's first and last steps are not measured): under "
-    "ParameterServerStrategy a block dispatches this many steps times the workers, so "
-    "every worker gives its pairs at any worker count. A block ends with the dispatched "
-    "call that reaches it (steps_per_execution > 1 runs several steps per call).",
+    "ParameterServerStrategy a block runs this many training steps times the workers, "
+    "so every worker gives its pairs at any worker count. A block ends with the call "
+    "that reaches it (steps_per_execution > 1 runs several training steps per call).",
     lower_bound=MIN_CHECK_BLOCK_STEPS)
 flags.DEFINE_integer(
     "tictac_recheck_every", DEFAULTS["recheck_every"],
     "Run the order check again this many training steps per worker after each "
-    "decision (under ParameterServerStrategy, this many times the workers), so a "
+    "decision (under ParameterServerStrategy, this many training steps times the "
+    "workers in all), so a "
     "job whose best order changes (other load, another phase of training) follows it "
     "(default 5000; 0: check once).", lower_bound=0)
 flags.DEFINE_boolean(

@@ -13,6 +13,7 @@ QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, bl
 
 def register(sub: argparse._SubParsersAction) -> None:
     from tictac_hooks.bench.orders import CHECKED, OPTIONAL, SCHEDULES, STOCK
+    from tictac_hooks import checks
     from tictac_hooks.enforce.cli import window_bytes_arg
     p = sub.add_parser(
         "bench", help="TensorFlow's default vs TicTac on a shaped network (needs root)",
@@ -44,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-shard-bytes", type=int, default=None, metavar="N",
                    help="--frontend fit: shard variables with MinSizePartitioner(N, "
                         "max_shards=#PS) (default 262144, the PS tutorial's; 0: none)")
-    p.add_argument("--mode", default="training", choices=("training", "inference"))
+    p.add_argument("--mode", default="training", choices=("training", "inference"),
+                   help="training: forward, backward and the PS's update, gradients "
+                        "pushed back; inference: forward only, parameters pulled "
+                        "(default training; --frontend fit trains)")
     p.add_argument("--workers", type=int, default=2, help="worker tasks W (default 2)")
     p.add_argument("--ps", type=int, default=1, help="PS tasks (default 1)")
     p.add_argument("--bandwidth", default="auto",
@@ -55,8 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block-steps", type=int, default=5,
                    help="measured steps per block; schedules rotate by block (default 5)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps per set (default 2)")
-    p.add_argument("--batch", type=int, default=None,
-                   help="per-worker batch (default: the model's, see workloads.MODELS)")
+    checks.add_renamed_option(
+        p, "--batch-size", "--batch", dest="batch", type=int, default=None,
+        help="per-worker batch size (default: the model's, see workloads.MODELS)")
     p.add_argument("--schedules", default=None,
                    help=f"comma-separated subset of {','.join(SCHEDULES + (STOCK,))} "
                         "(default: all; stock, the same PS and workers with the native gate "
@@ -98,7 +103,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_bench)
     r = sub.add_parser("bench-report", help="Markdown + PNG plots from `tictac bench` JSON files")
     r.add_argument("inputs", nargs="+", metavar="RESULT.json")
-    r.add_argument("--out", required=True, metavar="DIR", help="directory for report.md + PNGs")
+    checks.add_renamed_option(r, "--output-dir", "--out", dest="out", default=None,
+                              metavar="DIR", help="directory for report.md + PNGs (required)")
     r.add_argument("--repredict", action="store_true",
                    help="recompute the simulator's predictions with this code from the "
                         "inputs saved beside each result (RESULT.sim.json.gz)")
@@ -181,6 +187,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from tictac_hooks.bench.report import write_report
+    if args.out is None:
+        raise ValueError("--output-dir DIR is required: the directory report.md and "
+                         "the plots go to")
     path = write_report(args.inputs, args.out, repredict=args.repredict)
     print(f"wrote {path}")
     return 0

@@ -81,7 +81,7 @@ class FitConfig:
                              f"{','.join(ORDERS)} (TensorFlow's order is always measured), "
                              f"got {','.join(self.orders)}")
         if self.batch is not None and self.batch < 1:
-            raise ValueError(f"--batch must be >= 1, got {self.batch}")
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch}")
         from tictac_hooks.cluster.netns import rate_bits
         rate_bits(self.rate)
 

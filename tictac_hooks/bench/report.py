@@ -1,6 +1,6 @@
 """Markdown tables and PNG plots from `tictac bench` result JSON files.
 
-``tictac bench-report A.json B.json ... --out DIR`` writes ``DIR/report.md`` with one
+``tictac bench-report A.json B.json ... --output-dir DIR`` writes ``DIR/report.md`` with one
 results table (one row per configuration, bandwidth and schedule), where TicTac's gain
 comes from (the paced service against the order), each run's distance to the link's
 limit, the runs against the expected figures (the README's "What to expect"), the

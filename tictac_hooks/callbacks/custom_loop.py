@@ -26,7 +26,7 @@ class TicTacLoop:
     Counts the steps the loop schedules; after ``profile_steps`` it waits for them,
     extracts the DAG of the traced ``step_function`` (the ``tf.function`` passed to
     ``coordinator.schedule``), computes TIC or TAC and installs the order on every
-    PS's rendezvous. Later steps of every worker follow it.
+    PS's native gate. Later steps of every worker follow it.
 
     Every argument is checked here (ValueError naming the allowed range).
 
@@ -44,9 +44,10 @@ class TicTacLoop:
         gives each transfer its declaration position (the ``declared`` baseline).
       batch_size: per-worker batch size of that profile's inputs where the step's
         shapes leave it open, >= 1 (default 32).
-      bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
-      window_bytes: the proxy's look-ahead window, >= 0 (``--tictac_window_bytes``,
-        default 1048576).
+      bandwidth: link bytes/s, > 0: turns the native gate's pacing on and times TAC's
+        transfers (default None: no pacing; TAC's rate measured).
+      window_bytes: the gate's pacing window, or the proxy's look-ahead window, bytes
+        >= 0 (``--tictac_window_bytes``, default 1048576; see :class:`tictac_hooks.TicTac`).
       check_rounds, check_block_steps, recheck_every: the order check, as for
         :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
         ``--tictac_check_block_steps``, 10 steps per worker; ``--tictac_recheck_every``, 5000).

@@ -30,63 +30,77 @@ def _callback_base() -> type:
 
 
 class TicTac(_callback_base()):  # type: ignore[misc]
-    """Receives parameters in one near-optimal order on every worker, from step N on.
+    """Sends every worker its parameters in one near-optimal order after the first steps.
 
-    Profiles the first ``profile_steps`` training steps in TensorFlow's own (random)
-    transfer order, extracts the DAG of the step function that actually runs, computes
-    the transfer order with TIC (from the graph alone) or TAC (graph plus measured
-    times), installs it on the TicTac rendezvous of every parameter server, and lets
-    training continue: every later step of every worker follows that order. Nothing
-    that is trained changes; only the order of the transfers does.
+    The first ``profile_steps`` training steps (counted over all workers; 5 by default)
+    run in TensorFlow's own transfer order while every parameter server (PS) records
+    each transfer. Then TicTac extracts the DAG of the step function that actually
+    runs, computes a transfer order with TIC (from the graph alone) or TAC (graph plus
+    measured op times), installs it on the native gate of every PS, and lets training
+    continue: every later training step of every worker follows that order, and the
+    order check keeps it only if it is not slower than TensorFlow's. Nothing that is
+    trained changes; only the order (and, with ``bandwidth``, the pacing) of the
+    transfers does.
 
     Needs tf_keras ``model.fit`` under ``ParameterServerStrategy`` (Keras 3's fit does
     not support that strategy; use :class:`tictac_hooks.TicTacLoop` in a custom
-    ``ClusterCoordinator`` loop) and PS tasks launched behind the rendezvous
-    (``tictac ps``, :class:`tictac_hooks.enforce.TicTacServer`, or ``LocalCluster``).
+    ``ClusterCoordinator`` loop) and PS tasks that run the TicTac gate (``tictac ps``,
+    :class:`tictac_hooks.enforce.TicTacServer`, or ``LocalCluster``).
 
-    Every argument is checked here (ValueError naming the allowed range); None means
-    "the ``--tictac_*`` flag when absl flags were parsed, else the default".
+    Every argument is checked here (ValueError naming the allowed range). An argument
+    left at None takes the ``--tictac_<name>`` absl flag if the program parsed flags,
+    else the default written below; an argument given always wins.
 
     Args:
-      algorithm: ``"tic"`` (default), ``"tac"``, or ``"none"`` (profile and log only;
-        ``--tictac_algorithm``).
-      profile_steps: training steps run before the switch, a whole number >= 1
-        (default 5, ``--tictac_profile_steps``), over all workers (each worker profiles
-        about profile_steps / workers). Counted in training steps, not dispatched
-        calls: with ``compile(steps_per_execution=10)`` and 20, the switch comes after
-        two calls; every training step of a call (each iteration of its loop) then
-        follows the order.
-      log_dir: where TensorBoard step-time summaries and the transfer timeline
-        (``tictac_transfers.trace.json``) go (default None: nothing written;
-        ``--tictac_log_dir``).
-      skip_timeout: the skip bound: seconds, finite and > 0, a PS waits for a scheduled
-        transfer before releasing the next one (default 2.0, ``--tictac_skip_timeout``;
-        the same bound as ``tictac ps --skip-after``); training never hangs.
-      bandwidth: link rate in bytes/s, finite and > 0, for TAC's transfer times
-        (default: measured from the profiled steps).
-      measure_compute: profile per-op compute times (in a child process) for TAC and
-        for the per-step efficiency E in TensorBoard (default True,
-        ``--tictac_measure_compute``). The switch runs on a thread of its own while fit
-        goes on in TensorFlow's order; the profile takes it a few seconds, without it
-        TIC is installed within a second.
+      algorithm: ``"tic"``, ``"tac"`` or ``"none"`` (profile and log only, install no
+        order). None: ``--tictac_algorithm`` if parsed, else ``"tic"``.
+      profile_steps: training steps run in TensorFlow's order before the switch, a
+        whole number >= 1, over all workers (each worker runs about profile_steps /
+        workers of them). Training steps, not dispatched calls: with
+        ``compile(steps_per_execution=10)`` and 20 the switch comes after two calls.
+        None: ``--tictac_profile_steps`` if parsed, else 5.
+      log_dir: where TensorBoard step-time summaries, the transfer timeline
+        (``tictac_transfers.trace.json``) and ``tictac_summary.json`` go. None:
+        ``--tictac_log_dir`` if parsed, else nothing is written.
+      skip_timeout: the skip bound: seconds, finite and > 0, a PS's gate waits for a
+        scheduled transfer before it skips it and releases the next; training never
+        hangs. The same bound as ``tictac ps --skip-timeout``. None:
+        ``--tictac_skip_timeout`` if parsed, else 2.0.
+      bandwidth: the link rate of a PS in bytes/s, finite and > 0. Turns the native
+        gate's pacing on: each PS hands transfers to gRPC no faster than this rate
+        (most of the training gain measured comes from this paced service), and TAC
+        times transfers with it. None (no flag): no pacing; TAC's transfer times come
+        from the rate measured in the profiled steps.
+      measure_compute: profile per-op compute times (in a child process, a few
+        seconds, while fit goes on in TensorFlow's order) for TAC in the order check
+        and for the per-step efficiency E. False: TIC alone, installed within a second
+        of the switch. None: ``--tictac_measure_compute`` if parsed, else True.
       stats_every: read step statistics from the PSes every N epochs, a whole number
-        >= 1 (default 1, ``--tictac_stats_every``).
-      window_bytes: the proxy rendezvous's look-ahead window: scheduled transfers may be
-        sent to the PS ahead of their turn while at most this many bytes are in flight,
-        a whole number >= 0 (default 1048576, ``--tictac_window_bytes``; 0: strictly one
-        at a time; the native gate has no window).
+        >= 1. None: ``--tictac_stats_every`` if parsed, else 1.
+      window_bytes: bytes, a whole number >= 0. On the native gate (the default
+        backend), the pacing window: while it paces (``bandwidth`` given) a transfer is
+        handed to gRPC only while the bytes handed and not yet drained at the link rate
+        are within this window. On the proxy backend, the look-ahead window: scheduled
+        transfers may go to the PS ahead of their turn while at most this many bytes
+        are in flight. 0: strictly one at a time. None: ``--tictac_window_bytes`` if
+        parsed, else 1048576 (1 MiB).
       check_rounds: the order check after the switch: this many rounds of block pairs,
         each TicTac order (TIC, and TAC where compute times are measured) then
-        TensorFlow's, after which the fastest is kept (default 3,
-        ``--tictac_check_rounds``; 0: no check, TicTac's order stays).
-      check_block_steps: training steps per worker per block of the check, >= 3
-        (default 10, ``--tictac_check_block_steps``): a block dispatches this many
-        times the workers; it ends with the call that reaches it.
+        TensorFlow's; the fastest is kept only if it is not slower than TensorFlow's
+        order. 0: no check, TicTac's order stays. None: ``--tictac_check_rounds`` if
+        parsed, else 3.
+      check_block_steps: training steps per worker per block of the check, >= 3 (a
+        block's first and last steps are not measured); a block runs this many
+        training steps times the workers and ends with the call that reaches it.
+        None: ``--tictac_check_block_steps`` if parsed, else 10.
       recheck_every: run the check again this many training steps per worker after
-        each decision, >= 0 (default 5000, ``--tictac_recheck_every``; 0: check once).
-      align: how a PS shares its link among the workers of one step (``--tictac_align``):
-        "on", each gets its k-th transfer before any its (k+1)-th; "off", one after the
-        other; "auto" (default): off for fit, on for evaluate and predict.
+        each decision, >= 0; 0: check once. None: ``--tictac_recheck_every`` if
+        parsed, else 5000.
+      align: how a PS shares its link among the workers of one step while it paces:
+        ``"on"``, each gets its k-th transfer before any its (k+1)-th (fewer
+        stragglers); ``"off"``, one worker after the other (faster synchronous
+        training); ``"auto"``: off for fit, on for evaluate and predict. None:
+        ``--tictac_align`` if parsed, else ``"auto"``.
 
     Example:
       ```python
@@ -102,7 +116,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
           model.compile("sgd", "mse")
       dataset = tf.data.Dataset.from_tensors(
           (tf.zeros([32, 4]), tf.zeros([32, 10]))).repeat()
-      model.fit(dataset, epochs=3, steps_per_epoch=100, callbacks=[TicTac()])
+      # bandwidth: the PS link's bytes/s (here 1 Gbit/s); it turns the gate's pacing on
+      model.fit(dataset, epochs=3, steps_per_epoch=100,
+                callbacks=[TicTac(bandwidth=125e6)])
       ```
     """
 

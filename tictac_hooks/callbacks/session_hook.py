@@ -26,7 +26,7 @@ def _hook_base() -> type:
 
 
 class TicTacHook(_hook_base()):  # type: ignore[misc]
-    """Receives parameters in one near-optimal order on every worker, from step N on.
+    """Sends every worker its parameters in one near-optimal order after the first steps.
 
     For graph-mode training with ``tf.compat.v1.train.MonitoredTrainingSession`` (or
     any ``SessionRunHook``-driven loop), between-graph replication (one hook per worker
@@ -36,7 +36,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
     (``RunOptions(trace_level=FULL_TRACE, output_partition_graphs=True)``): the
     worker's partition graph gives the DAG and ``step_stats`` the time oracle (per-op
     compute times, transfer sizes). TIC or TAC then computes the order, which is
-    installed on the TicTac rendezvous of every PS.
+    installed on the native gate of every PS (from step ``profile_steps`` + 1 on).
 
     Every argument is checked here (ValueError naming the allowed range).
 
@@ -47,15 +47,16 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
       log_dir: TensorBoard step-time summaries and the transfer timeline
         (``--tictac_log_dir``; default: nothing written).
       skip_timeout: the skip bound, seconds > 0 (default 2.0, ``--tictac_skip_timeout``).
-      window_bytes: the rendezvous's look-ahead window (``--tictac_window_bytes``; see
-        :class:`tictac_hooks.TicTac`).
+      window_bytes: the gate's pacing window, or the proxy's look-ahead window, bytes
+        >= 0 (default 1048576, ``--tictac_window_bytes``; see :class:`tictac_hooks.TicTac`).
       cluster_spec: dict or ``tf.train.ClusterSpec`` naming the PS tasks (default: the
         ``cluster`` of ``TF_CONFIG``).
       workers: the worker tasks this client drives, e.g. ``["worker:0"]`` (default:
         every worker task found in the traced partition graphs).
       is_chief: install the schedule from this process (default: True, or the
         ``TF_CONFIG`` task is the chief / worker 0).
-      bandwidth: link bytes/s, > 0, for TAC's transfer times (default: measured).
+      bandwidth: link bytes/s, > 0: turns the native gate's pacing on and times TAC's
+        transfers (default None: no pacing; TAC's rate measured).
       poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
       check_rounds, check_block_steps, recheck_every: the order check, as for
         :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;

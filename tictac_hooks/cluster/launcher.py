@@ -295,7 +295,7 @@ class LocalCluster:
             if on:
                 args += ["--backend", self.backend]
                 if self.skip_after_s is not None:
-                    args += ["--skip-after", str(self.skip_after_s)]
+                    args += ["--skip-timeout", str(self.skip_after_s)]
             if rv and self.backend == "proxy":
                 args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
                 if self.network is not None:

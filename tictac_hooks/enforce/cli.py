@@ -54,12 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how long to wait for a bind host given as a name to resolve; "
                         f"then exit {EXIT_RETRY}, which Kubernetes' TFJob operator retries "
                         "(default 120; configuration errors exit 2, never retried)")
-    p.add_argument("--skip-after", type=checks.arg_seconds(), default=DEFAULT_SKIP_AFTER_S,
-                   metavar="SECONDS",
-                   help="the skip bound, the same bound as --tictac_skip_timeout with the "
-                        "same default: skip a scheduled transfer that has not come this "
-                        "long after the last hand-back while later ones wait (default "
-                        f"{DEFAULT_SKIP_AFTER_S:g})")
+    checks.add_renamed_option(
+        p, "--skip-timeout", "--skip-after", dest="skip_after",
+        type=checks.arg_seconds(), default=DEFAULT_SKIP_AFTER_S, metavar="SECONDS",
+        help="the skip bound, the same bound as --tictac_skip_timeout with the "
+             "same default: skip a scheduled transfer that has not come this "
+             "long after the last hand-back while later ones wait (default "
+             f"{DEFAULT_SKIP_AFTER_S:g})")
     p.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                    help="proxy: look-ahead window: a scheduled transfer may go before the "
                         "one ahead of it is answered while at most this many bytes are in "
@@ -107,10 +108,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "install":
             q.add_argument("order", metavar="ORDER.json",
                            help="order JSON {algorithm, order, priority} or name<TAB>priority lines")
-            q.add_argument("--skip-after", type=checks.arg_seconds(), default=None,
-                           metavar="SECONDS",
-                           help="the PS's skip bound for this schedule, as "
-                                "--tictac_skip_timeout (default: as the PS was started)")
+            checks.add_renamed_option(
+                q, "--skip-timeout", "--skip-after", dest="skip_after",
+                type=checks.arg_seconds(), default=None, metavar="SECONDS",
+                help="the PS's skip bound for this schedule, as --tictac_skip_timeout "
+                     "(default: as the PS was started)")
             q.add_argument("--window-bytes", type=window_bytes_arg, default=None, metavar="BYTES",
                            help="the look-ahead window (default: as started; 0: strict)")
         if name == "trace":

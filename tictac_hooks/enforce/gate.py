@@ -60,7 +60,7 @@ from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, EVICTED, LATE, L
 DEFAULT_WINDOW_BYTES = 1 << 20  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
 
 # The skip bound, defined once: the default of --tictac_skip_timeout (TicTac, TicTacLoop,
-# TicTacHook), Gate, TicTacServer and `tictac ps --skip-after`; the native gate is always
+# TicTacHook), Gate, TicTacServer and `tictac ps --skip-timeout`; the native gate is always
 # configured with it explicitly. It bounds how long the counter of a (step, destination)
 # may stand still while a later transfer waits. Healthy stalls are short on the native
 # backend (a step's requests arrive together, responses are ready in milliseconds), but

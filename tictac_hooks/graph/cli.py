@@ -16,7 +16,8 @@ from tictac_hooks.graph.simulate import simulate
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "order", help="compute a transfer order for a graph JSON",
-        description="Compute the recv order of a worker graph (Graph JSON, see README) and "
+        description="Compute the recv order of a worker graph (the Graph JSON format: "
+                    "docs/OFFLINE.md) and "
                     "print it as order JSON: {algorithm, order, priority}.")
     p.add_argument("graph", metavar="GRAPH.json", help="the worker's iteration DAG")
     p.add_argument("--algorithm", choices=[a for a in ALGORITHMS if a != "random"]
