@@ -12,8 +12,13 @@ from tictac_hooks import records
 from tictac_hooks.records import (GateStats, GateStep, RecordError, SkipRecord,
                                   TransferRecord)
 
-GATE_CC = os.path.join(os.path.dirname(os.path.dirname(records.__file__)), "enforce", "native",
-                       "gate.cc")
+NATIVE = os.path.join(os.path.dirname(os.path.dirname(records.__file__)), "enforce", "native")
+
+
+def _gate_source() -> str:
+    """The native gate's sources (gate.cc and the gate_*.cc beside it), one text."""
+    names = sorted(n for n in os.listdir(NATIVE) if re.fullmatch(r"gate(_\w+)?\.cc", n))
+    return "\n".join(open(os.path.join(NATIVE, n)).read() for n in names)
 
 
 def _cc_function(source: str, signature: str) -> str:
@@ -30,19 +35,19 @@ def _fields(cls) -> set[str]:
 
 
 def test_the_native_gates_record_fields_are_records_py_fields():
-    source = open(GATE_CC).read()
-    record = _cc_function(source, "std::string Record() const {")
+    source = _gate_source()
+    record = _cc_function(source, "std::string Channel::Record() const {")
     numbered = _cc_function(source, "std::string Numbered(")
     written = _cc_keys(record) | _cc_keys(numbered)
     # Every field of the three record classes, less the one the reading client sets.
     defined = (_fields(GateStep) - {"ps"}) | _fields(TransferRecord) | _fields(SkipRecord)
     assert written == defined, (
-        f"gate.cc writes {sorted(written - defined)} that records.py does not define, "
+        f"the native gate writes {sorted(written - defined)} that records.py does not define, "
         f"and lacks {sorted(defined - written)}")
 
 
 def test_the_native_gates_stats_fields_are_gate_stats_fields():
-    source = open(GATE_CC).read()
+    source = _gate_source()
     written = (_cc_keys(_cc_function(source, "std::string Gate::SummaryLocked() {"))
                | _cc_keys(_cc_function(source, "std::string Gate::StatsLocked(")))
     # The client sets ps and device; upstream is the proxy's.
@@ -51,7 +56,7 @@ def test_the_native_gates_stats_fields_are_gate_stats_fields():
 
 
 def test_states_and_skip_reasons_are_the_native_gates_strings():
-    source = open(GATE_CC).read()
+    source = _gate_source()
     names = set(re.findall(r'return "(\w+)";', _cc_function(source, "const char* StateName")))
     assert names == set(records.STATES)
     calls = re.findall(r"\bSkip\(ch, ([^;]*)\);", source)

@@ -277,7 +277,7 @@ def per_destination_view(d):
     for n, dest in (("a", W0), ("b", W0), ("b1", W1)):
         d.arrive(n, 1, key(n[0], dest))
         d.ready(n)
-    time.sleep(1.2)  # the steps are whole (the finish bound): what they served counts
+    time.sleep(1.6)  # the steps are whole (finished by the timer): what they served counts
     d.install(["a", "b"])
     d.arrive("w1b", 2, key("b", W1))
     d.ready("w1b")

@@ -67,6 +67,25 @@ def test_second_use_is_a_cache_hit_and_a_changed_source_rebuilds(tmp_path, monke
     assert not changed.cached and changed.key != first.key
 
 
+def test_every_source_and_header_is_compiled_and_keyed(tmp_path, monkeypatch):
+    """Each .cc is compiled and each .cc and .h is in the cache key: a file left out
+    of build.py's lists would not be built, or would not rebuild when it changed."""
+    here = native_build.HERE
+    on_disk = {n for n in os.listdir(here) if n.endswith((".cc", ".h"))}
+    assert set(native_build.PLUGIN_SOURCES) == {n for n in on_disk if n.endswith(".cc")}
+    assert set(native_build.HEADERS) == {n for n in on_disk if n.endswith(".h")}
+    assert "tf_server.cc" not in native_build.GATE_SOURCES  # the gate alone: no TensorFlow
+    src = tmp_path / "src"
+    shutil.copytree(here, src, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    monkeypatch.setattr(native_build, "HERE", str(src))
+    sources = native_build.PLUGIN_SOURCES
+    keys = {native_build._key(["x"], sources)}
+    for name in sorted(on_disk):
+        (src / name).write_text((src / name).read_text() + "\n// changed\n")
+        keys.add(native_build._key(["x"], sources))
+    assert len(keys) == len(on_disk) + 1  # every change, a new key
+
+
 _BUILD_CHILD = ("import json, sys; from tictac_hooks.enforce.native.build import build; "
                 "print(json.dumps(build(with_tensorflow=False, quiet=True, "
                 "cache=sys.argv[1]).to_json()))")

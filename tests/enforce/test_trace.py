@@ -178,7 +178,7 @@ def test_categories_are_the_documented_ones_and_the_gates_states():
               if k in ("PASS", "LISTED", "LATE", "UNEXPECTED", "DUPLICATE")}
     assert states == set(trace.TRANSFER_CATEGORIES)
     source = open(os.path.join(os.path.dirname(gate_mod.__file__), "native",
-                               "gate.cc")).read()
+                               "gate_records.cc")).read()
     body = source[source.index("const char* StateName"):]
     body = body[:body.index("\n}\n")]
     assert set(re.findall(r'return "(\w+)";', body)) == set(trace.TRANSFER_CATEGORIES)

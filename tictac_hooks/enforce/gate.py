@@ -34,13 +34,15 @@ bytes released but not yet handed back, its own included, stay within ``window_b
 PS then answers up to a window of transfers back to back; their hand-back order may
 differ from the schedule's only among those in flight together (``reordered`` in the
 stats). ``window_bytes=0`` gives the strict one-at-a-time order.
+
+The gate's bounds, tickets and channels are in ``gate_state.py``, a step's life (open,
+supersede, sweep, finish) in ``gate_steps.py``; every name imports from here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import heapq
 import itertools
 import secrets
@@ -49,223 +51,20 @@ from typing import Any, Callable
 
 from tictac_hooks import checks
 from tictac_hooks.checks import check_window
+# The gate's bounds, defaults and types, importable from here as they always were.
+from tictac_hooks.enforce.gate_state import (
+    DEFAULT_FINISH_AFTER_S, DEFAULT_SKIP_AFTER_S, DEFAULT_STALE_AFTER_S, DEFAULT_WINDOW_BYTES,
+    DEFAULT_WORKERS, LIVE_STEPS_PER_WORKER, RECORDS_PER_WORKER, InstallResult, Ticket,
+    _Channel, _Installed)
+from tictac_hooks.enforce.gate_steps import _StepLife
 from tictac_hooks.graph.schedule import Schedule
 from tictac_hooks.graph.tf.naming import worker_of
-from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, EVICTED, LATE, LISTED, PASS,
-                                  SLOW, STALE, SUPERSEDED, TIMEOUT, UNEXPECTED, GateStats,
-                                  GateStep, SkipRecord, TransferRecord)
-
-# Ticket.state values: records.STATES (PASS, LISTED, LATE, UNEXPECTED, DUPLICATE).
-
-DEFAULT_WINDOW_BYTES = 1 << 20  # also tictac_hooks.flags.DEFAULTS["window_bytes"]
-
-# The skip bound, defined once: the default of --tictac_skip_timeout (TicTac, TicTacLoop,
-# TicTacHook), Gate, TicTacServer and `tictac ps --skip-timeout`; the native gate is always
-# configured with it explicitly. It bounds how long the counter of a (step, destination)
-# may stand still while a later transfer waits. Healthy stalls are short on the native
-# backend (a step's requests arrive together, responses are ready in milliseconds), but
-# on a loaded PS, or behind the proxy on a slow link (it sees a hand-back only once the
-# response before it has drained), they reach tenths of a second and more: 0.5 s could
-# skip a healthy transfer there, and every end-to-end run so far (0 skips) used 2 s. The
-# bound is also what a scheduled transfer that does not come costs per step until it is
-# presumed absent (after ``presume_absent_after`` steps), so it must stay small next to a
-# step time: 2 s, never forever.
-DEFAULT_SKIP_AFTER_S = 2.0
-
-# The bounds of a step's life, the same in gate.h. A channel with nothing held or in
-# flight is finished once quiet for DEFAULT_FINISH_AFTER_S: a worker's requests for one
-# step come together at its start, so a second of quiet means the step is over at this
-# PS, and its record is readable a second later. DEFAULT_STALE_AFTER_S finishes one
-# whatever it holds (a response the PS never produced). The history and the live-step
-# bound are sized with the workers (`tictac ps --workers`, default DEFAULT_WORKERS):
-# RECORDS_PER_WORKER records per worker between two reads, LIVE_STEPS_PER_WORKER live
-# steps per worker before the oldest is evicted.
-DEFAULT_FINISH_AFTER_S = 1.0
-DEFAULT_STALE_AFTER_S = 60.0
-DEFAULT_WORKERS = 64
-RECORDS_PER_WORKER = 64
-LIVE_STEPS_PER_WORKER = 256
+# (every ticket state among them, PASS too: Ticket.state's values, records.STATES)
+from tictac_hooks.records import (ABSENT, CANCELLED, DUPLICATE, LATE, LISTED,  # noqa: F401
+                                  PASS, SLOW, TIMEOUT, UNEXPECTED, GateStats, GateStep)
 
 
-@dataclasses.dataclass(frozen=True)
-class InstallResult:
-    """What :meth:`Gate.install` did.
-
-    Attributes:
-      version: the new schedule version (steps bind to it at their first transfer).
-      transfers: how many transfers the schedule names.
-      expected: how many of them this PS will enforce (those it has served so far, or
-        all of them when it has served none yet).
-      unmatched: scheduled names this PS has not served (empty if it served none yet).
-      served: how many distinct transfer names this PS has served so far.
-    """
-
-    version: int
-    transfers: int
-    expected: int
-    unmatched: tuple[str, ...]
-    served: int
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"unmatched": list(self.unmatched)}
-
-
-class _Installed:
-    """One installed schedule, restricted to the transfers this PS serves."""
-
-    __slots__ = ("version", "algorithm", "priority", "names_by_priority", "size", "listed",
-                 "schedule", "expected")
-
-    def __init__(self, version: int, schedule: Schedule, expected: set[str]) -> None:
-        self.version = version
-        self.algorithm = schedule.algorithm
-        self.schedule = schedule
-        self.expected = frozenset(expected)
-        names = [n for n in schedule.order if n in expected]
-        # Local priority: how many expected transfers have a strictly smaller priority
-        # (ties stay ties), so the global [0, n) numbers work on a PS serving a subset.
-        self.priority: dict[str, int] = {}
-        below = 0
-        for i, name in enumerate(names):
-            if i and schedule.priority[name] != schedule.priority[names[i - 1]]:
-                below = i
-            self.priority[name] = below
-        self.names_by_priority = tuple(names)
-        self.size = len(names)
-        self.listed = frozenset(schedule.order)
-
-    def for_destination(self, served: set[str]) -> "_Installed":
-        """The view one destination enforces: only what this PS has served *to it*.
-
-        The counter is per (step, destination), so a destination must not wait for
-        transfers that only other destinations receive (in-graph replication: each
-        tower reads through its own ops; a schedule may cover several workers)."""
-        expected = self.expected & served
-        if not expected or expected == self.expected:
-            # Served none of the listed transfers yet (e.g. a between-graph worker that
-            # has only polled for initialization): it enforces the whole schedule.
-            return self
-        return _Installed(self.version, self.schedule, set(expected))
-
-
-class Ticket:
-    """One RecvTensor going through the gate."""
-
-    __slots__ = ("step_id", "dest", "name", "state", "priority", "seq", "future",
-                 "t_arrive", "t_release", "t_handback", "nbytes", "error", "channel",
-                 "charge", "rseq", "tensor", "dead", "early")
-
-    def __init__(self, step_id: int, dest: str, name: str, t_arrive: float) -> None:
-        self.step_id = step_id
-        self.dest = dest
-        self.name = name
-        self.state = PASS
-        self.priority = -1
-        self.seq = 0
-        self.future: asyncio.Future | None = None
-        self.t_arrive = t_arrive
-        self.t_release = 0.0
-        self.t_handback = 0.0
-        self.nbytes = 0
-        self.error = ""
-        self.channel: _Channel | None = None
-        self.charge = 0  # bytes it counts against the window while in flight
-        self.rseq = -1   # release order among listed transfers (gate-wide sequence)
-        self.tensor = ""  # the key's full tensor name, where it is not ``name``
-        self.dead = False  # a dead tensor (a loop's exit iteration)
-        self.early = ""    # why it went out of its order (records.EARLY_REASONS)
-
-    def __lt__(self, other: "Ticket") -> bool:
-        return (self.priority, self.seq) < (other.priority, other.seq)
-
-
-class _Channel:
-    """The counter and records of one (step_id, destination device, loop iteration)."""
-
-    __slots__ = ("step_id", "dest", "installed", "counter", "waiters", "done", "cursor",
-                 "arrived", "handed", "skipped", "timer", "t_first", "finished",
-                 "released", "rcursor", "inflight", "tensors", "frame", "iteration",
-                 "key", "t_last", "live", "served")
-
-    def __init__(self, step_id: int, dest: str, installed: _Installed | None,
-                 frame: int = 0, iteration: int = 0, key: Any = None) -> None:
-        self.step_id = step_id
-        self.key = key                     # the gate's key of its step
-        self.t_last = 0.0                  # its last arrival or hand-back (gate clock)
-        self.live: set[Ticket] = set()     # arrived, not yet handed back or abandoned
-        self.served: set[str] = set()      # names it served (the gate's once finished)
-        self.dest = dest
-        self.frame = frame
-        self.iteration = iteration
-        self.installed = installed
-        self.counter = 0
-        self.waiters: list[Ticket] = []
-        self.done: set[str] = set()        # expected names handed back or skipped
-        self.cursor = 0                    # into installed.names_by_priority
-        self.arrived: set[str] = set()
-        self.handed: list[Ticket] = []     # in hand-back order
-        self.skipped: list[tuple[str, str, float]] = []  # (name, reason, time)
-        self.timer: asyncio.TimerHandle | None = None
-        self.t_first = 0.0
-        self.finished = False
-        self.released: set[str] = set()    # listed names forwarded to the PS
-        self.rcursor = 0                   # into names_by_priority: first not gone
-        self.inflight = 0                  # window bytes released, not handed back
-        self.tensors: dict[str, str] = {}  # sending node -> first full tensor name seen
-
-    def gone_prefix(self) -> int:
-        """How many transfers, in priority order, have gone (released or skipped)."""
-        names = self.installed.names_by_priority if self.installed else ()
-        while self.rcursor < len(names) and (names[self.rcursor] in self.released
-                                             or names[self.rcursor] in self.done):
-            self.rcursor += 1
-        return self.rcursor
-
-    def next_missing(self) -> str | None:
-        """The expected transfer with the smallest priority not yet handed back/skipped."""
-        names = self.installed.names_by_priority if self.installed else ()
-        while self.cursor < len(names) and names[self.cursor] in self.done:
-            self.cursor += 1
-        return names[self.cursor] if self.cursor < len(names) else None
-
-    def complete(self) -> bool:
-        """Every expected transfer handed back or skipped, nothing held, in flight or
-        let go out of its order (GateStep.complete; gate.cc's Channel::Complete)."""
-        if self.waiters or self.live or any(t.early for t in self.handed):
-            return False
-        return self.installed is None or len(self.done) >= self.installed.size
-
-    def record(self, seq: int = 0, worker_seq: int = 0) -> GateStep:
-        handed = self.handed
-        # a name handed back twice (a tensor over two edges, recorded under its node):
-        # each copy's record says its edge (as gate.cc's Record)
-        named = collections.Counter(t.name for t in handed)
-        listed = self.installed.priority if self.installed else {}
-        return GateStep(
-            step_id=self.step_id, worker=self.dest,
-            schedule_version=self.installed.version if self.installed else None,
-            algorithm=self.installed.algorithm if self.installed else None,
-            complete=self.complete(), order=tuple(t.name for t in handed),
-            # This gate holds the request: the response is ready when its first
-            # HEADERS frame comes back, which is also when it is handed back.
-            transfers=tuple(TransferRecord(t.name, t.state, t.priority, t.nbytes,
-                                           t.t_arrive, t.t_release, t.rseq, t.t_handback,
-                                           t.error, t.tensor if named[t.name] > 1 else "",
-                                           t.dead, ready=t.t_handback, early=t.early)
-                            for t in handed),
-            bytes=sum(t.nbytes for t in handed),
-            start=min((t.t_arrive for t in handed), default=self.t_first),
-            end=max((t.t_handback for t in handed), default=self.t_first),
-            skipped=tuple(SkipRecord(n, r, tm) for n, r, tm in self.skipped),
-            skips=len(self.skipped),
-            violations=sum(1 for t in handed if t.state in (LATE, UNEXPECTED)),
-            reordered=_reordered(handed),
-            unlisted=tuple(t.name for t in handed
-                           if t.state == PASS and t.name not in listed),
-            iteration=self.iteration, frame=self.frame, seq=seq, worker_seq=worker_seq)
-
-
-class Gate:
+class Gate(_StepLife):
     """Releases RecvTensor responses per (step_id, destination) in schedule order.
 
     Args:
@@ -352,7 +151,7 @@ class Gate:
             self.skip_after_s = checks.seconds("skip_after_s", skip_after_s)
         if window_bytes is not None:
             self.window_bytes = check_window(window_bytes)
-        self._sweep(self.clock(), force=True)  # quiet steps are whole (gate.cc: timer)
+        self._sweep(self.clock(), force=True)  # quiet steps are whole (gate_pacing.cc: timer)
         # Restricted to what was served once a step is whole (before, half a step would
         # leave the rest of it unexpected: every listed name is expected).
         served = set(self._served) if self._whole else set()
@@ -562,120 +361,7 @@ class Gate:
     def served_names(self) -> list[str]:
         return sorted(self._served)
 
-    # -- internals -------------------------------------------------------------------
-
-    def _channel(self, step_id: int, dest: str, now: float, frame: int = 0,
-                 iteration: int = 0) -> _Channel:
-        # Each loop iteration is a step of its own (gate.cc's IterationKey).
-        step = step_id if not (frame or iteration) else (step_id, frame, iteration)
-        chans = self._steps.get(step)
-        if chans is None:
-            # A step binds to the schedule current at its first transfer (atomic install).
-            chans = self._steps[step] = {}
-            self._step_binding[step] = self._installed
-            self._arm_sweep()
-            # The memory bound only (sized with the workers): a healthy cluster never
-            # has this many steps live; what the oldest holds goes now, marked evicted.
-            while len(self._steps) > self.max_active_steps:
-                old_step, old = self._steps.popitem(last=False)
-                self._step_binding.pop(old_step, None)
-                for ch in old.values():
-                    if not ch.finished:
-                        self._finish(ch, EVICTED)
-                self.totals["evicted_steps"] += 1
-        channel = chans.get(dest)
-        if channel is None:
-            self._supersede(step_id, dest)
-            channel = chans[dest] = _Channel(step_id, dest, self._view(step, dest),
-                                             frame, iteration, key=step)
-            channel.t_first = channel.t_last = now
-            self._latest[dest] = channel
-        return channel
-
-    def _supersede(self, step_id: int, dest: str) -> None:
-        """A worker runs one step at a time: when it begins another step while its
-        previous one has held transfers here, quiet, for ``finish_after_s``, it left
-        that step (it was restarted, or the step was cancelled), so what that step
-        holds goes now, marked superseded, instead of waiting for its turn and the skip
-        bound (gate.cc's Supersede); else that step is whole (:meth:`_whole_step`)."""
-        last = self._latest.get(dest)
-        if last is None or last.finished:
-            return
-        if (last.step_id != step_id and last.live
-                and self.clock() - last.t_last >= self.finish_after_s):
-            self.totals["superseded_steps"] += 1
-            self._finish(last, SUPERSEDED)
-        else:
-            self._whole_step(last)  # its worker went on to the next: that step is whole
-
-    def _whole_step(self, channel: _Channel) -> None:
-        """An install restricts a destination's order to what it was served only once
-        one of its steps is whole: half a step (a PS restarted mid-step, a worker's
-        first step) would leave the rest of the step unexpected for as long as the
-        install holds. A step is whole once it finished by itself or its worker opened
-        its next one."""
-        for name in channel.served:
-            if len(self._whole) >= self.max_served_names:
-                break
-            self._whole.add(name)
-            self._whole_by_dest[channel.dest].add(name)
-        channel.served.clear()
-
-    def _sweep(self, now: float, force: bool = False) -> None:
-        """Finishes every channel that is quiet: nothing held or in flight for
-        ``finish_after_s``, or anything for ``stale_after_s`` (at most every quarter
-        of ``finish_after_s`` unless ``force``)."""
-        if not force and now - self._last_sweep < self.finish_after_s / 4:
-            return
-        self._last_sweep = now
-        for step in list(self._steps):
-            chans = self._steps[step]
-            for ch in chans.values():
-                if ch.finished:
-                    continue
-                quiet = now - ch.t_last
-                if not ch.live and quiet >= self.finish_after_s:
-                    self._finish(ch)
-                elif quiet >= self.stale_after_s:
-                    self._finish(ch, STALE)
-            if all(ch.finished for ch in chans.values()):
-                del self._steps[step]
-                self._step_binding.pop(step, None)
-        keep = max(self.stale_after_s, 10 * self.finish_after_s)
-        while self._finished and (len(self._finished) > 4 * self.max_active_steps
-                                  or now - next(iter(self._finished.values())) > keep):
-            self._finished.popitem(last=False)
-
-    def _arm_sweep(self) -> None:
-        """Sweeps on the event loop while steps live, so that quiet channels finish
-        (and free their memory) without waiting for the next arrival or read."""
-        if self._sweep_timer is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # driven without a loop: arrivals and reads sweep
-        self._sweep_timer = loop.call_later(self.finish_after_s / 4, self._sweep_tick)
-
-    def _sweep_tick(self) -> None:
-        self._sweep_timer = None
-        self._sweep(self.clock(), force=True)
-        if self._steps:
-            self._arm_sweep()
-
-    def _view(self, step: Any, dest: str) -> _Installed | None:
-        """The schedule a step bound to, as ``dest`` enforces it (cached per version)."""
-        installed = self._step_binding[step]
-        if installed is None:
-            return None
-        key = (installed.version, dest)
-        view = self._views.get(key)
-        if view is None:
-            if len(self._views) > 4096:  # (version, destination) pairs
-                self._views.clear()
-            view = self._views[key] = installed.for_destination(
-                self._served_at_install.get(dest, set()))
-        return view
+    # -- the counter (a step's life: gate_steps.py) ----------------------------------
 
     def _mark_released(self, channel: _Channel, ticket: Ticket) -> None:
         """Bookkeeping for a listed ticket forwarded to the PS."""
@@ -753,43 +439,3 @@ class Gate:
         self._pump(channel)
         if channel.waiters and channel.timer is None:
             self._arm(channel)
-
-    def _finish(self, channel: _Channel, early: str = "") -> None:
-        """Finishes a channel and keeps its record. What it still holds goes now, in
-        priority order, and what is in flight goes unordered; each is marked ``early``
-        (a reason of records.EARLY_REASONS; "" only when nothing is held)."""
-        if channel.timer is not None:
-            channel.timer.cancel()
-            channel.timer = None
-        why = early or STALE
-        while channel.waiters:
-            ticket = heapq.heappop(channel.waiters)
-            ticket.t_release = self.clock()
-            ticket.early = why
-            if not ticket.future.done():
-                ticket.future.set_result(None)
-        for ticket in sorted(channel.live, key=lambda t: (t.priority, t.seq)):
-            ticket.early = why
-            ticket.channel = None
-            channel.handed.append(ticket)
-            self.totals[f"early_{why}"] += 1
-        channel.live.clear()
-        channel.finished = True
-        if not early:  # (a step let go early, e.g. superseded, may be half a step)
-            self._whole_step(channel)
-        self._last_seq += 1
-        worker_seq = self._dest_records[channel.dest] = \
-            self._dest_records.get(channel.dest, 0) + 1
-        self._history.append(channel.record(self._last_seq, worker_seq))
-        self._finished[(channel.key, channel.dest)] = self.clock()
-
-
-def _reordered(handed: list[Ticket]) -> int:
-    """Listed transfers handed back after one with a larger priority (look-ahead window)."""
-    n, highest = 0, -1
-    for t in handed:
-        if t.state == LISTED:
-            if t.priority < highest:
-                n += 1
-            highest = max(highest, t.priority)
-    return n

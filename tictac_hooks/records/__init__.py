@@ -4,8 +4,8 @@ it; every name is importable from here (``from tictac_hooks.records import GateS
 - records/gate.py: what a gate saw. :class:`GateStep`, one (step, worker) at one PS,
   with a :class:`TransferRecord` per RecvTensor and a :class:`SkipRecord` per skip;
   :class:`GateStats`, what ``stats`` answers; the transfer states and skip reasons.
-  ``to_json`` / ``from_json`` are the wire format on every backend, and gate.cc writes
-  the same fields (tests/test_records.py fails when they drift).
+  ``to_json`` / ``from_json`` are the wire format on every backend, and gate_records.cc
+  writes the same fields (tests/test_records.py fails when they drift).
 - records/steps.py: what TicTac made of them. :class:`WorkerStep`, one step of one
   worker merged over the PSes (callbacks/steplog.py); :class:`CheckResult`, an order
   check's result (callbacks/order_check.py).

@@ -1,7 +1,8 @@
 """What a gate records: per (step, worker) a :class:`GateStep` with a
 :class:`TransferRecord` per RecvTensor and a :class:`SkipRecord` per skip, and what its
 ``stats`` answers, :class:`GateStats`. ``to_json`` / ``from_json`` are the wire format
-on every backend; gate.cc writes the same fields (tests/test_records.py)."""
+on every backend; the native gate (gate_records.cc) writes the same fields
+(tests/test_records.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tictac_hooks.records._base import RecordError, _field
 _LOOP_CONDITION = re.compile(r"(^|/)cond/_\d+/")
 
 
-# A transfer's state at a gate (TransferRecord.state; gate.cc's StateName writes the
+# A transfer's state at a gate (TransferRecord.state; gate_records.cc's StateName writes the
 # same strings).
 PASS = "pass"              # not listed: straight through
 LISTED = "listed"          # listed and expected here: waited for its turn
@@ -226,7 +227,7 @@ class GateStats:
     and step records (every one held; with ``since``, a cursor's read: the records
     finished after record number ``since``). The wire format is :meth:`to_json`; a
     client reads it with :meth:`from_json` (a missing field is a :class:`RecordError`
-    naming it). gate.cc's ``SummaryLocked`` writes the same fields
+    naming it). gate_records.cc's ``SummaryLocked`` writes the same fields
     (tests/test_records.py checks they do not drift)."""
 
     ps: str                        # the PS's address (set by the client that read it)

@@ -32,9 +32,12 @@ import time
 from typing import Any, Sequence
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GATE_SOURCES = ("gate.cc", "control.cc", "capi.cc")
+# Every .cc and .h of this folder, each named once: what is compiled, and what the cache
+# key hashes (tests/enforce/test_native.py checks that none is left out).
+GATE_SOURCES = ("gate.cc", "gate_channels.cc", "gate_pacing.cc", "gate_records.cc",
+                "control.cc", "capi.cc")
 PLUGIN_SOURCES = GATE_SOURCES + ("tf_server.cc",)
-HEADERS = ("gate.h", "control.h")
+HEADERS = ("gate.h", "gate_internal.h", "control.h")
 LIBRARY = "libtictac_native.so"
 GATE_LIBRARY = "libtictac_gate.so"  # the gate alone, no TensorFlow (conformance tests)
 COMMON_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-pthread", "-w")

@@ -32,8 +32,8 @@ def task_of(device: str) -> str | None:
 
 def worker_of(device: str) -> str:
     """``"/job:worker/replica:0/task:3/device:GPU:1"`` -> ``"/job:worker/replica:0/task:3"``:
-    one worker is one task, whatever device of it a read lands on (gate.cc's
-    ``WorkerOf``). A name without a device part is returned as it is."""
+    one worker is one task, whatever device of it a read lands on
+    (gate_channels.cc's ``WorkerOf``). A name without a device part is returned as it is."""
     at = device.find("/device:")
     return device if at < 0 else device[:at]
 
