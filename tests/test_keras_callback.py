@@ -51,11 +51,10 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
     # The check: TIC and TAC (fit measures compute times), 2 rounds of 2 block pairs of
     # 4 steps per worker (8 dispatched over the 2 workers): 64 steps after the 12
     # profiled ones.
-    # The switch (with the compute profile, seconds) runs while fit goes on in
-    # TensorFlow's order: on this machine 5-6 s, some 230 of these ~25 ms steps, more
-    # on a slower one. 600 steps leave the check's 64 (and scheduled steps after them)
-    # room after even a switch twice that long; at 300 a slow switch cut the check short
-    # and left a worker with 4 steps in TensorFlow's order.
+    # TIC goes in within a second of the switch; the compute profile (seconds), which
+    # the check's TAC candidate needs, runs after it while fit goes on, and the check
+    # starts once it is there: 600 steps leave the check's 64 (and scheduled steps
+    # after them) room after even a slow profile.
     out = run_example("--steps=600", "--steps_per_epoch=30", f"--tictac_profile_steps={n}",
                       "--tictac_check_rounds=2", "--tictac_check_block_steps=4",
                       f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}")
@@ -96,11 +95,11 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
             assert len(times) >= 5 and all(v > 0 for _, v in times)
             assert scalars[order_run][f"tictac/block_step_time/{run}"]
         assert scalars[run]["tictac/choice"]
-    # The switch starts after N steps (shared among the workers) and runs while fit
-    # goes on in TensorFlow's order, so at least N steps are profiled; a step that
-    # holds TicTac's pause keeps a step time with the pause taken out; only the last
-    # step, and a step lying wholly inside a pause (its own time is 0), have none.
-    assert profiled >= n, profiled
+    # The switch starts after N steps are dispatched (shared among the workers) and
+    # waits until the gates recorded whole profiled steps (2 of a worker at least);
+    # fit dispatches ahead of what runs, so with TIC in place within a second some of
+    # the N dispatched steps run in its order already.
+    assert 2 <= profiled <= n + 10, profiled
     assert "is slow compared to the batch time" not in out.stderr  # tf_keras's check
     steps_written = {s for r in ("tensorflow_order", "tictac_order")
                      for s, _ in scalars[r]["tictac/step_time/worker_0"]}
