@@ -190,15 +190,14 @@ class StepDriver:
         self.controller.order_dir = directory
         if not directory or not self.controller.installs or self.settings.algorithm == "none":
             return  # (algorithm "none": TensorFlow's order, a saved order included)
-        try:
-            saved = saved_order.load(directory)
-        except saved_order.SavedOrderError as e:
-            self.controller.say(f"the saved order is not used ({e}): profiling again")
-            return
-        if saved is None:
-            return
-
-        def restore() -> None:
+        def restore() -> None:  # (reading the file too: off fit's dispatch thread)
+            try:
+                saved = saved_order.load(directory)
+            except saved_order.SavedOrderError as e:
+                self.controller.say(f"the saved order is not used ({e}): profiling again")
+                return
+            if saved is None:
+                return
             try:
                 self.restored = self.controller.restore(
                     self._find_graphs(), saved, saved_order.path_in(directory))
