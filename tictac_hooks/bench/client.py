@@ -180,6 +180,13 @@ def _conserve(addresses: list[str], after_s: float | None) -> None:
     _call_every(addresses, "configure", f"conserve_after_s\t{value}\n")
 
 
+def gate_totals(addresses: list[str]) -> dict[str, dict[str, int]] | None:
+    """Each PS's gate totals by PS index (None where a PS's gate keeps none)."""
+    from tictac_hooks.enforce.client import stats_everywhere
+    out = {str(i): dict(s.totals) for i, s in enumerate(stats_everywhere(addresses))}
+    return out or None
+
+
 def run(cfg: dict) -> dict:
     from tictac_hooks.enforce.client import clear_everywhere, steps_everywhere
     r = Runner(cfg)
@@ -324,7 +331,13 @@ def run(cfg: dict) -> dict:
             # the gradients each PS takes in per step (the limit's pushes)
             push_bytes_per_ps=(traced_push_bytes(pushes, cfg["ps"])
                                if cfg["mode"] == "training" and any(pushes) else None),
+            gate_totals=gate_totals(cfg["ps_addresses"]),
         ))
+        totals = runs[-1].gate_totals or {}
+        progress(cfg, "gate totals: workers back after a pause "
+                      f"{sum(t.get('returned', 0) for t in totals.values())}, levelled "
+                      f"{sum(t.get('rejoined', 0) for t in totals.values())} (over "
+                      f"{len(totals)} PS)")
         clear_everywhere(cfg["ps_addresses"])
         # each finished bandwidth is kept: a run cut short by --timeout keeps these
         save_result(cfg["out"], _output(r.work.param_bytes, global_batch, compute_info,

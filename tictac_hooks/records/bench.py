@@ -260,6 +260,10 @@ class RateRun:
     # them beside the result (<result>.sim.json.gz), not into it.
     sim_inputs: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False,
                                                             repr=False)
+    # Each PS's gate totals at the end of the rate's rounds (records/gate.py
+    # GateStats.totals: states, early hand-backs, "returned" and "rejoined" workers),
+    # by PS index; None: the proxy backend, or older results.
+    gate_totals: Mapping[str, Mapping[str, int]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bytes_per_ps", _floats(self.bytes_per_ps))
@@ -285,6 +289,8 @@ class RateRun:
         out["in_run"] = self.in_run.to_json() if self.in_run else None
         if self.push_bytes_per_ps is not None:
             out["push_bytes_per_ps"] = list(self.push_bytes_per_ps)
+        if self.gate_totals is not None:
+            out["gate_totals"] = {ps: dict(t) for ps, t in self.gate_totals.items()}
         return out
 
     @classmethod
@@ -298,7 +304,10 @@ class RateRun:
                    f("step_times"), {n: int(k) for n, k in f("schedule_lengths").items()},
                    d.get("predicted_step_s"), _optional(d.get("compute_s"), float),
                    InRunCompute.from_json(in_run) if in_run else None,
-                   _optional(d.get("push_bytes_per_ps"), _floats), d.get("sim_inputs"))
+                   _optional(d.get("push_bytes_per_ps"), _floats), d.get("sim_inputs"),
+                   _optional(d.get("gate_totals"),
+                             lambda g: {str(ps): {str(k): int(v) for k, v in t.items()}
+                                        for ps, t in g.items()}))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,8 +95,9 @@ struct Options {
 };
 
 // A worker that opens no step here for this many finish bounds (finish_after_s) and
-// then opens one comes back (it was preempted and restarted): its turns start level
-// with the workers that went on (Gate::TurnOf).
+// then opens one comes back (it was preempted and restarted, or every worker paused
+// together: an epoch end, a checkpoint, an evaluation): its turns start level with
+// its job's other workers' step of the same round (Gate::TurnOf).
 constexpr double kRejoinAfterFinishes = 10;
 
 // One schedule entry: transfer name and its global priority.
@@ -266,10 +267,12 @@ class Gate {
   // (turn, task index, step seq, destination): the paced service's order
   std::map<std::tuple<int64_t, int64_t, int64_t, std::string>, Channel*> waiting_;
   std::unordered_map<std::string, int64_t> dest_turns_;  // destination -> channels opened
-  // destination -> (steady time, request step id, gate step key) of its newest channel
+  // destination -> (steady time, request step id, gate step key) of its newest channel,
+  // and the steady time of the one before (its step period: TurnOf's same round)
   struct Opened {
     double at;
     int64_t step_id, key;
+    double before = -1;  // < 0: none before it
   };
   std::unordered_map<std::string, Opened> dest_opened_;
   std::string instance_;  // new in every gate: a restarted PS answers with another

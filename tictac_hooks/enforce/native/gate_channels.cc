@@ -108,7 +108,9 @@ Channel* Gate::GetChannel(int64_t step_id, int64_t request_step_id, const std::s
     ch->step_id = step_id;
     ch->step_seq = step_seq_[step_id];
     ch->turn = TurnOf(dest, steady);
-    dest_opened_[dest] = Opened{steady, request_step_id, step_id};
+    auto was = dest_opened_.find(dest);
+    dest_opened_[dest] = Opened{steady, request_step_id, step_id,
+                                was == dest_opened_.end() ? -1.0 : was->second.at};
     ch->task = TaskIndex(dest);
     ch->dest = dest;
     ch->installed = View(step_id, dest);
@@ -244,24 +246,33 @@ void Gate::Whole(Channel* ch) {
 
 // A channel's turn: how many channels its destination opened here before it, except
 // for a worker that comes back (none opened for kRejoinAfterFinishes finish bounds):
-// its turns start level with the fewest of its job's tasks that went on meanwhile, so
-// it is served in turn from its first new step, not first for as many steps as it
-// missed. Every PS sees the same gap and the same counts, so they still serve one
-// worker order.
+// its turn is set level with the round its job's other tasks are in, so it is served
+// in turn from its first new step, not first for as many steps as it missed, nor one
+// whole turn after the others for good. A peer that opened here within the bound
+// stands in this round with its newest turn if it opened that channel less than half
+// its own step period ago (it is in this round already; a peer that itself came back
+// has no period yet, so every worker returning from a pause shared by all is levelled
+// with the first one back), else with its next turn (this round's step is still to
+// come). The level is the lowest such turn. Every PS sees the same gaps and counts, so
+// they still serve one worker order.
 int64_t Gate::TurnOf(const std::string& dest, double steady) {
   int64_t& count = dest_turns_[dest];
   const double away = kRejoinAfterFinishes * opt_.finish_after_s;
   auto last = dest_opened_.find(dest);
   if (last != dest_opened_.end() && steady - last->second.at > away) {
+    totals_["returned"] += 1;
     const std::string job = dest.substr(0, dest.find("/replica:"));
     int64_t level = -1;
     for (const auto& [other, opened] : dest_opened_) {
       if (other == dest || steady - opened.at > away || other.rfind(job + "/", 0) != 0)
         continue;  // (the same job: a chief's occasional reads count no turns)
-      const int64_t n = dest_turns_[other];
-      level = level < 0 ? n : std::min(level, n);
+      const int64_t next = dest_turns_[other];
+      const bool this_round = opened.before < 0 ||
+                              steady - opened.at < 0.5 * (opened.at - opened.before);
+      const int64_t round = this_round ? next - 1 : next;
+      level = level < 0 ? round : std::min(level, round);
     }
-    if (level > count) {
+    if (level >= 0 && level != count) {
       totals_["rejoined"] += 1;
       count = level;
     }
