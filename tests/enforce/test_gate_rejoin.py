@@ -104,3 +104,18 @@ def test_a_worker_away_while_the_others_go_on_comes_back_level(lib_path, arrival
         assert got == interleaved([0, 1, 2]), (arrival, n, got)
     assert r.totals()["rejoined"] >= 1  # task 2 was behind by eight turns
     r.d.gate.close()
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_a_one_off_read_of_one_worker_does_not_put_it_a_turn_apart(lib_path, workers):
+    """Worker 0 opens a channel of its own before training (the bench's master reads
+    one tensor through it at set-up; a chief or an evaluation can do the same): the
+    workers' steps afterwards still share their turns."""
+    r = Rounds(lib_path)
+    r.d.send(next(r.steps), "a", 10, dest=task(0))
+    time.sleep(0.05)
+    everyone = list(range(workers))
+    for n in range(4):
+        got = r.run(everyone if n % 2 else everyone[::-1])
+        assert got == interleaved(everyone), (n, got)
+    r.d.gate.close()

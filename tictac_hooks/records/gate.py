@@ -172,6 +172,10 @@ class GateStep:
     # consecutive worker_seq have nothing lost between them.
     seq: int = 0
     worker_seq: int = 0
+    # The channel's turn at a paced native gate (gate.h): how many channels its worker
+    # opened there before it, levelled when the worker came back from a pause; workers
+    # served together share one. -1: a gate that keeps no turns (the Python gate).
+    turn: int = -1
 
     @property
     def scheduled(self) -> bool:
@@ -203,6 +207,8 @@ class GateStep:
             out["seq"] = self.seq
         if self.worker_seq:
             out["worker_seq"] = self.worker_seq
+        if self.turn >= 0:
+            out["turn"] = self.turn
         return out
 
     @classmethod
@@ -218,7 +224,8 @@ class GateStep:
                    int(f("violations")), int(f("reordered")), tuple(f("unlisted")),
                    ps if ps is not None else str(d.get("ps", "")),
                    int(d.get("iteration", 0)), int(d.get("frame", 0)),
-                   int(d.get("seq", 0)), int(d.get("worker_seq", 0)))
+                   int(d.get("seq", 0)), int(d.get("worker_seq", 0)),
+                   int(d.get("turn", -1)))
 
 
 @dataclasses.dataclass(frozen=True)

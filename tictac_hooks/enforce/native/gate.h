@@ -15,12 +15,18 @@
 // listed transfer whose turn came only while that backlog is at most pace_window
 // bytes: enough to keep the link busy, little enough that the wire keeps the order.
 // Which waiting transfer goes when the link has room: one whose turn came in the
-// earliest *turn*, where a channel's turn is how many channels its worker opened at
-// this gate before it (its n-th step here is turn n). Every step of a worker reads
-// from every PS, so a worker's n-th step is its n-th at every PS, and the turns give
-// every PS one worker order without a word between them: a worker is served at each
-// PS in the same turn, not first at one PS and last at another as arrival order would
-// (with several PS a worker finishes at its worst PS). Within a turn, with align on
+// earliest *turn*. A turn is a round of the job's workers at this gate: a worker's
+// new channel joins the round its job is in while a channel of that round (another
+// worker's) is still being served here, and begins the next round otherwise (no one
+// else's step is in flight here, or the worker has a channel in the round already).
+// So a round holds the steps served together, each worker's once, whatever else a
+// worker opened before (a master's one-off read, a step of its own during setup); a
+// worker that comes back from a pause, alone or with all the others, is in the round
+// of the others' concurrent step; and the workers' steps of one iteration, which
+// reach every PS together, form the same rounds at every PS without a word between
+// them: a worker is served at each PS in the same turn, not first at one PS and last
+// at another as arrival order would (with several PS a worker finishes at its worst
+// PS). Within a turn, with align on
 // (the default) the destination that has had the fewest handed back, so every worker
 // gets its k-th transfer before any gets its (k+1)-th; with align off the lowest task
 // index first, so the workers are served one after the other (their pulls, and so
@@ -96,8 +102,8 @@ struct Options {
 
 // A worker that opens no step here for this many finish bounds (finish_after_s) and
 // then opens one comes back (it was preempted and restarted, or every worker paused
-// together: an epoch end, a checkpoint, an evaluation): its turns start level with
-// its job's other workers' step of the same round (Gate::TurnOf).
+// together: an epoch end, a checkpoint, an evaluation); the totals count it
+// ("returned"), and "rejoined" where its turn is not the one after its last.
 constexpr double kRejoinAfterFinishes = 10;
 
 // One schedule entry: transfer name and its global priority.
@@ -207,7 +213,7 @@ class Gate {
   void ArriveOn(Channel* ch, int64_t step_id, const Key& key, double steady,
                 const TicketPtr& t);
   std::shared_ptr<Installed> View(int64_t step_id, const std::string& dest);
-  int64_t TurnOf(const std::string& dest, double steady);  // kRejoinAfterFinishes
+  int64_t TurnOf(const std::string& dest, int64_t step, double steady);  // a round
   void Supersede(const std::string& dest, int64_t step_id, Runs* runs);
   void Whole(Channel* ch);  // what ch served counts for an install's restriction
   void HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs);
@@ -266,13 +272,18 @@ class Gate {
   // channels with a skip timer: the hot paths never walk every live step.
   // (turn, task index, step seq, destination): the paced service's order
   std::map<std::tuple<int64_t, int64_t, int64_t, std::string>, Channel*> waiting_;
-  std::unordered_map<std::string, int64_t> dest_turns_;  // destination -> channels opened
-  // destination -> (steady time, request step id, gate step key) of its newest channel,
-  // and the steady time of the one before (its step period: TurnOf's same round)
+  // A job's current round (TurnOf): its turn and its channels, by destination (the
+  // gate's step key: a retired step is no longer served).
+  struct Round {
+    int64_t turn = -1;  // < 0: no round yet
+    std::unordered_map<std::string, int64_t> members;
+  };
+  std::unordered_map<std::string, Round> rounds_;        // job -> its current round
+  std::unordered_map<std::string, int64_t> dest_turns_;  // destination -> its last turn
+  // destination -> (steady time, request step id, gate step key) of its newest channel
   struct Opened {
     double at;
     int64_t step_id, key;
-    double before = -1;  // < 0: none before it
   };
   std::unordered_map<std::string, Opened> dest_opened_;
   std::string instance_;  // new in every gate: a restarted PS answers with another

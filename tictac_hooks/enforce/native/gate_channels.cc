@@ -107,10 +107,8 @@ Channel* Gate::GetChannel(int64_t step_id, int64_t request_step_id, const std::s
     auto ch = std::make_unique<Channel>();
     ch->step_id = step_id;
     ch->step_seq = step_seq_[step_id];
-    ch->turn = TurnOf(dest, steady);
-    auto was = dest_opened_.find(dest);
-    dest_opened_[dest] = Opened{steady, request_step_id, step_id,
-                                was == dest_opened_.end() ? -1.0 : was->second.at};
+    ch->turn = TurnOf(dest, step_id, steady);
+    dest_opened_[dest] = Opened{steady, request_step_id, step_id};
     ch->task = TaskIndex(dest);
     ch->dest = dest;
     ch->installed = View(step_id, dest);
@@ -244,40 +242,40 @@ void Gate::Whole(Channel* ch) {
   ch->served.clear();
 }
 
-// A channel's turn: how many channels its destination opened here before it, except
-// for a worker that comes back (none opened for kRejoinAfterFinishes finish bounds):
-// its turn is set level with the round its job's other tasks are in, so it is served
-// in turn from its first new step, not first for as many steps as it missed, nor one
-// whole turn after the others for good. A peer that opened here within the bound
-// stands in this round with its newest turn if it opened that channel less than half
-// its own step period ago (it is in this round already; a peer that itself came back
-// has no period yet, so every worker returning from a pause shared by all is levelled
-// with the first one back), else with its next turn (this round's step is still to
-// come). The level is the lowest such turn. Every PS sees the same gaps and counts, so
-// they still serve one worker order.
-int64_t Gate::TurnOf(const std::string& dest, double steady) {
-  int64_t& count = dest_turns_[dest];
-  const double away = kRejoinAfterFinishes * opt_.finish_after_s;
-  auto last = dest_opened_.find(dest);
-  if (last != dest_opened_.end() && steady - last->second.at > away) {
-    totals_["returned"] += 1;
-    const std::string job = dest.substr(0, dest.find("/replica:"));
-    int64_t level = -1;
-    for (const auto& [other, opened] : dest_opened_) {
-      if (other == dest || steady - opened.at > away || other.rfind(job + "/", 0) != 0)
-        continue;  // (the same job: a chief's occasional reads count no turns)
-      const int64_t next = dest_turns_[other];
-      const bool this_round = opened.before < 0 ||
-                              steady - opened.at < 0.5 * (opened.at - opened.before);
-      const int64_t round = this_round ? next - 1 : next;
-      level = level < 0 ? round : std::min(level, round);
-    }
-    if (level >= 0 && level != count) {
-      totals_["rejoined"] += 1;
-      count = level;
+// A channel's turn: the round its job is in (gate.h, "Which waiting transfer goes"):
+// it joins the job's current round while another destination's channel of that round
+// is still served here (a transfer held or in flight), else it begins the next one.
+int64_t Gate::TurnOf(const std::string& dest, int64_t step, double steady) {
+  Round& round = rounds_[dest.substr(0, dest.find("/replica:"))];
+  bool joins = false;
+  if (round.turn >= 0 && round.members.count(dest) == 0) {
+    for (const auto& [other, key] : round.members) {
+      auto sit = steps_.find(key);
+      if (sit == steps_.end()) continue;
+      auto cit = sit->second.find(other);
+      if (cit == sit->second.end()) continue;
+      const Channel& ch = *cit->second;
+      if (!ch.finished && (!ch.waiters.empty() || ch.inflight > 0)) {
+        joins = true;
+        break;
+      }
     }
   }
-  return count++;
+  if (!joins) {
+    round.turn += 1;
+    round.members.clear();
+  }
+  round.members[dest] = step;
+  auto last = dest_opened_.find(dest);
+  auto previous = dest_turns_.find(dest);
+  if (last != dest_opened_.end() &&
+      steady - last->second.at > kRejoinAfterFinishes * opt_.finish_after_s) {
+    totals_["returned"] += 1;
+    if (previous != dest_turns_.end() && previous->second + 1 != round.turn)
+      totals_["rejoined"] += 1;
+  }
+  dest_turns_[dest] = round.turn;
+  return round.turn;
 }
 
 }  // namespace tictac

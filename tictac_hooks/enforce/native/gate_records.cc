@@ -77,7 +77,8 @@ std::string Channel::Record() const {
     end = any ? std::max(end, t->t_handback) : t->t_handback;
     any = true;
   }
-  o << "{\"step_id\":" << record_step_id << ",\"worker\":" << JsonStr(dest);
+  o << "{\"step_id\":" << record_step_id << ",\"worker\":" << JsonStr(dest)
+    << ",\"turn\":" << turn;
   if (frame != 0 || iter != 0) o << ",\"frame\":" << frame << ",\"iteration\":" << iter;
   o
     << ",\"schedule_version\":" << (installed ? std::to_string(installed->version) : "null")
