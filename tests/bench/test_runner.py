@@ -253,3 +253,50 @@ def test_every_benchmark_scripts_json_records_its_provenance():
                  "probe_default_order.py", "probe_fastlink_waits.py",
                  "probe_step_timeline.py"):
         assert "**provenance()" in (root / name).read_text(), name
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.root
+def test_emulated_gpu_workers_on_a_shaped_network(tmp_path):
+    """--emulate-gpu end to end: two workers replay the cnn profile at 60 ms of compute
+    per step (the delay op loaded into each worker process), TensorFlow's order (the
+    gate bypassed), TIC and TAC on one worker set; the run says how much compute it
+    measured and what CPU it took, and records both."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the benchmark builds network namespaces shaped with tc")
+    from tictac_hooks.cluster import netns
+    from tictac_hooks.records import BenchRun
+    ok, why = netns.available()
+    if not ok:
+        pytest.skip(f"no shaped network here: {why}")
+    out = tmp_path / "emulated.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tictac_hooks.cli", "bench", "--emulate-gpu",
+         "--compute-ms", "60", "--model", "cnn", "--mode", "training", "--workers", "2",
+         "--bandwidth", "200mbit", "--byte-scale", "0.5", "--steps", "4",
+         "--block-steps", "2", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    label = "[bench cnn/training/W2/P1/gpu60ms]"
+    assert f"{label} emulated GPU workers: 60 ms of compute per step, bytes and links x " \
+           "0.5 (--byte-scale)" in proc.stderr
+    assert f"{label} link 0.2 Gbit/s x 0.5 (the byte scale): shaped at 100 Mbit/s" \
+        in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "emulated compute:" in ln]
+    measured = float(line.split("emulated compute: ")[1].split(" ms")[0])
+    assert "ms of 60 ms requested (2 workers, CPU " in line
+    assert 54 <= measured <= 75, line  # the guard's load decides the rest (CPU-bound)
+    result = json.loads(out.read_text())
+    assert BenchRun.from_json(result).to_json() == result
+    assert list(result["schedules"]) == ["stock", "tic", "tac"]
+    assert result["config"]["compute_ms"] == 60 and result["config"]["byte_scale"] == 0.5
+    (run,) = result["runs"]
+    assert run["emulated_compute_ms"] == pytest.approx(measured, abs=0.05)
+    assert set(run["cpu"]["task_cpu_s"]) >= {"ps0", "worker0", "worker1"}
+    assert run["vs_default"]["tic"]["throughput_gain_pct"] is not None  # against stock
+    assert result["schedules"]["tic"]["matched"] > 0.9
+    assert ("CPU-bound:" in proc.stderr) == bool(
+        max(run["cpu"]["core_busy"]) > 0.85 or
+        max(run["cpu"]["task_cpu_s"][f"worker{w}"] for w in (0, 1)) / run["cpu"]["wall_s"]
+        > 1 / 3)

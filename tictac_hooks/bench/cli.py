@@ -9,6 +9,8 @@ import sys
 
 QUICK = dict(model="mobilenetv2", mode="inference", workers=2, ps=1, steps=4, block_steps=2,
              warmup=1, profile_steps=2, batch=4, bandwidth=["auto"])
+# --emulate-gpu --quick: the given model, workers, PS and links, fewer steps
+QUICK_EMULATED = dict(steps=10, block_steps=5, warmup=1, profile_steps=2)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -100,6 +102,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the simulator then takes its compute from the profiling phase")
     p.add_argument("--timeout", type=float, default=1800.0,
                    help="bound on the run, seconds (default 1800)")
+    g = p.add_argument_group(
+        "GPU-speed workers (docs/EMULATION.md)",
+        "Replay a model's profile with its compute emulated: delay ops on the profile's "
+        "dependency structure, summing to --compute-ms per step, that cost wall time and "
+        "no core, so 16-32 workers fit on a small machine while every PS link is shared "
+        "as on a cluster. --model is a built-in profile (resnet50, transformer, dlrm, "
+        "cnn) or a profile's path; default schedules stock,tic,tac (TensorFlow's order "
+        "on the same workers, the gate bypassed)")
+    g.add_argument("--emulate-gpu", action="store_true",
+                   help="emulate the workers' compute (needs --compute-ms)")
+    g.add_argument("--compute-ms", type=float, default=None, metavar="MS",
+                   help="the step's compute on one worker's GPU, ms")
+    g.add_argument("--byte-scale", type=float, default=None, metavar="S",
+                   help="every variable's bytes and every link's rate x S, so comm time "
+                        "stays and the PS's CPU per byte falls (default: picked from the "
+                        "workers and the model's bytes, and printed)")
+    g.add_argument("--max-ops", type=int, default=64,
+                   help="delay ops per worker step (default 64)")
     p.set_defaults(func=_bench)
     r = sub.add_parser("bench-report", help="Markdown + PNG plots from `tictac bench` JSON files")
     r.add_argument("inputs", nargs="+", metavar="RESULT.json")
@@ -163,8 +183,14 @@ def _bench(args: argparse.Namespace) -> int:
     for name in ("window_bytes", "check_rounds", "check_block_steps", "conserve_after_s"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
+    if args.emulate_gpu != (args.compute_ms is not None):
+        raise ValueError("--emulate-gpu and --compute-ms go together: the emulated step's "
+                         "compute is --compute-ms")
+    if args.emulate_gpu:
+        settings.update(compute_ms=args.compute_ms, byte_scale=args.byte_scale,
+                        max_ops=args.max_ops)
     if args.quick:
-        settings.update(QUICK)
+        settings.update(QUICK_EMULATED if args.emulate_gpu else QUICK)
     result = run(BenchConfig(**settings))
     sim_inputs = [run_.sim_inputs for run_ in result.runs]
     from tictac_hooks.bench.report import text_table

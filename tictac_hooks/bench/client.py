@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
+from tictac_hooks.bench.cpu_guard import CpuMeter, CpuUse
 from tictac_hooks.bench.limit import traced_push_bytes
 from tictac_hooks.bench.orders import (ALGORITHMS, CALIBRATION, CHECKED, DIRECT, FAST_LINK,
                                        NO_TRANSFER, OPTIONAL, STOCK, WC, make_controllers,
@@ -45,8 +46,19 @@ class Runner:
         from tictac_hooks.bench import workloads
         self.tf, self.cfg = tf, cfg
         sets = [cfg["interposed_tasks"]] + ([cfg["direct_tasks"]] if cfg["direct_tasks"] else [])
-        self.work = workloads.build(cfg["model"], cfg["mode"], sets, cfg["ps"], cfg["batch"],
-                                    compute_workers=cfg["interposed_tasks"])
+        self.replay = None
+        if cfg.get("emulate"):  # --emulate-gpu: the profile replayed (bench/replay.py)
+            from tictac_hooks.bench import replay
+            from tictac_hooks.bench.runner import replay_profile
+            e = cfg["emulate"]
+            self.replay = replay.plan(replay_profile(e["model"]), cfg["ps"], e["compute_ms"],
+                                      training=cfg["mode"] == "training",
+                                      byte_scale=e["byte_scale"], max_ops=e["max_ops"])
+            progress(cfg, self.replay.describe())
+            self.work = replay.build(self.replay, sets, compute_workers=cfg["interposed_tasks"])
+        else:
+            self.work = workloads.build(cfg["model"], cfg["mode"], sets, cfg["ps"],
+                                        cfg["batch"], compute_workers=cfg["interposed_tasks"])
         self.sessions = [tf.compat.v1.Session("grpc://" + cfg["masters"][i],
                                               graph=self.work.graph)
                          for i in range(len(sets))]
@@ -180,6 +192,26 @@ def _conserve(addresses: list[str], after_s: float | None) -> None:
     _call_every(addresses, "configure", f"conserve_after_s\t{value}\n")
 
 
+def emulated_compute_line(cfg: dict, cpu: CpuUse, calibration: dict) -> float | None:
+    """Prints the emulated compute measured in this rate's rounds (the compute
+    reference's median step: every worker's delays, no transfer) against the requested,
+    with the workers' CPU and the guard's verdict; returns the measured ms."""
+    requested = cfg["emulate"]["compute_ms"]
+    steps = calibration.get(NO_TRANSFER) or []
+    measured = median(steps) * 1e3 if steps else None
+    workers = cfg["interposed_tasks"]
+    shares = cpu.worker_shares(workers)
+    share = 100 * sum(shares) / len(shares) if shares else float("nan")
+    got = f"{measured:.1f}" if measured is not None else "(not measured: no calibration)"
+    progress(cfg, f"emulated compute: {got} ms of {requested:g} ms requested "
+                  f"({len(workers)} workers, CPU {share:.0f} % of a core per worker)")
+    why = cpu.reasons(workers)
+    if why:
+        progress(cfg, f"CPU-bound: {'; '.join(why)}: this rate's figures measure this "
+                      "machine's cores, not the network; leave them out of a gain table")
+    return measured
+
+
 def gate_totals(addresses: list[str]) -> dict[str, dict[str, int]] | None:
     """Each PS's gate totals by PS index (None where a PS's gate keeps none)."""
     from tictac_hooks.enforce.client import stats_everywhere
@@ -235,6 +267,11 @@ def run(cfg: dict) -> dict:
             rate_bits = float(max(8000, round(unit / (rate_spec["value"] * comp), -5)))
         else:
             rate_bits = float(rate_spec["value"])
+            if cfg.get("emulate"):  # the cluster's link, scaled with the bytes
+                scale = cfg["emulate"]["byte_scale"]
+                progress(cfg, f"link {rate_bits / 1e9:g} Gbit/s x {scale:.3g} (the byte "
+                              f"scale): shaped at {rate_bits * scale / 1e6:.0f} Mbit/s")
+                rate_bits = float(max(8000, round(rate_bits * scale, -5)))
         answer = _ask({"event": "reshape", "rate_bits": rate_bits}) if cfg["shaped"] else "unshaped"
         comm = metrics.comm_seconds(bytes_per_ps, len(cfg["interposed_tasks"]), rate_bits)
         progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
@@ -249,6 +286,7 @@ def run(cfg: dict) -> dict:
         rv_records: dict[tuple, GateStep] = {}
         rounds = math.ceil(cfg["steps"] / cfg["block_steps"])
         t_start = time.time()
+        meter = CpuMeter(cfg.get("task_groups") or {}).start()
         rotated = names + (list(CALIBRATION) if cfg.get("calibrate", True) else [])
         for round_index in range(rounds):
             for name in _rotation(rotated, round_index):
@@ -281,6 +319,10 @@ def run(cfg: dict) -> dict:
                              for n in names)
             progress(cfg, f"{rate_bits / 1e6:.0f} Mbit/s round {round_index + 1}/{rounds} "
                           f"({time.time() - t_start:.0f} s): median step s: {line}")
+        cpu = meter.stop()
+        emulated_ms = None
+        if cfg.get("emulate"):
+            emulated_ms = emulated_compute_line(cfg, cpu, calibration)
         by_schedule: dict[str, list[GateStep]] = {n: [] for n in names}
         for rec in rv_records.values():
             for name, b0, b1 in blocks:
@@ -317,7 +359,10 @@ def run(cfg: dict) -> dict:
             rate_bits=rate_bits, comp_s=comp, compute_s=compute_ref, comm_s=comm,
             comm_comp_ratio=comm / comp, bytes_per_ps=bytes_per_ps,
             schedules=results,
-            vs_default=metrics.compare(results, DIRECT) if DIRECT in results else {},
+            # TensorFlow's default: the plain PS's workers, else the same workers with
+            # the gate bypassed (--emulate-gpu runs one worker set)
+            vs_default=(metrics.compare(results, DIRECT) if DIRECT in results else
+                        metrics.compare(results, STOCK) if STOCK in results else {}),
             step_times={n: [s.step_time for s in steps[n]] for n in names},
             schedule_lengths={n: len(c.schedule) if c.schedule else 0
                               for n, c in controllers.items()},
@@ -332,6 +377,8 @@ def run(cfg: dict) -> dict:
             push_bytes_per_ps=(traced_push_bytes(pushes, cfg["ps"])
                                if cfg["mode"] == "training" and any(pushes) else None),
             gate_totals=gate_totals(cfg["ps_addresses"]),
+            cpu=cpu.to_json() if cfg.get("emulate") else None,
+            emulated_compute_ms=emulated_ms,
         ))
         totals = runs[-1].gate_totals or {}
         progress(cfg, "gate totals: workers back after a pause "

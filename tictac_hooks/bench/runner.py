@@ -13,6 +13,7 @@ Without root or ``tc`` it falls back to loopback and says so, in its output and 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -80,17 +81,39 @@ class BenchConfig:
     # calibration blocks in each round (bench/orders.py CALIBRATION): the simulator's
     # compute measured in the same rounds as the steps it predicts
     calibrate: bool = True
+    # --emulate-gpu (bench/replay.py): the model's profile replayed with its compute as
+    # delay ops summing to compute_ms per step (None: the model's real compute on this
+    # machine's cores); bytes and links x byte_scale (None: picked, emulated_byte_scale)
+    compute_ms: float | None = None
+    byte_scale: float | None = None
+    max_ops: int = 64
 
     def __post_init__(self) -> None:
         if self.schedules is None:
-            self.schedules = default_schedules(self.backend)
+            self.schedules = (list(EMULATED_SCHEDULES) if self.compute_ms is not None
+                              else default_schedules(self.backend))
         self.schedules = [canonical_schedule(s) for s in self.schedules]
 
+    @property
+    def emulated(self) -> bool:
+        return self.compute_ms is not None
+
     def validate(self) -> None:
-        workloads.check_model(self.model)
+        if self.emulated:
+            replay_profile(self.model)  # a clear error where there is none
+            if not self.compute_ms > 0:
+                raise ValueError(f"--compute-ms must be > 0, got {self.compute_ms}")
+            if self.byte_scale is not None and not 0 < self.byte_scale <= 1:
+                raise ValueError(f"--byte-scale must be in (0, 1], got {self.byte_scale}")
+            if not 1 <= self.max_ops <= 1000:
+                raise ValueError(f"--max-ops must be in 1..1000, got {self.max_ops}")
+        else:
+            workloads.check_model(self.model)
         if self.mode not in workloads.MODES:
             raise ValueError(f"--mode must be one of {workloads.MODES}, got {self.mode!r}")
-        for name, lo, hi in (("workers", 1, 8), ("ps", 1, 4), ("steps", 1, 10000),
+        most_workers, most_ps = (32, 8) if self.emulated else (8, 4)
+        for name, lo, hi in (("workers", 1, most_workers), ("ps", 1, most_ps),
+                             ("steps", 1, 10000),
                              ("block_steps", 1, 1000), ("warmup", 0, 100),
                              ("profile_steps", 1, 20), ("settle_steps", 0, 10),
                              ("check_rounds", 1, 20), ("check_block_steps", tictac_flags.MIN_CHECK_BLOCK_STEPS, 200)):
@@ -119,10 +142,41 @@ class BenchConfig:
     @property
     def label(self) -> str:
         pinned = "/pinned" if self.pin_workers else ""
+        if self.emulated:
+            return (f"{os.path.basename(self.model).split('.')[0]}/{self.mode}/W{self.workers}"
+                    f"/P{self.ps}/gpu{self.compute_ms:g}ms{pinned}")
         return f"{workloads.model_key(self.model)}/{self.mode}/W{self.workers}/P{self.ps}{pinned}"
 
 
 PROFILE_RATE = "100gbit"
+# --emulate-gpu: TensorFlow's order on the same PS and workers (the gate bypassed), TIC
+# and TAC: one worker set, so 32 workers are 32 processes, not 64
+EMULATED_SCHEDULES = (STOCK, "tic", "tac")
+# the byte scale picked without --byte-scale: each worker's share of the 2 cores' gRPC
+# work stays about what 4 workers x 100 MiB cost (bench/replay.py); at most 1
+EMULATED_BYTES_PER_STEP = 4 * 100 * 2**20
+
+
+def replay_profile(model: str) -> Any:
+    """The profile --emulate-gpu replays: a built-in's (graph/profile.py), or a
+    profile file or directory (`tictac analyze --profile`, a TicTac run's log_dir)."""
+    from tictac_hooks.graph import profile
+    if model in profile.builtin_names():
+        return profile.builtin(model)
+    if os.path.exists(model):
+        return profile.load(model)
+    raise ValueError(f"--emulate-gpu replays a profile: --model is one of "
+                     f"{', '.join(profile.builtin_names())} or a profile's path "
+                     f"(`tictac analyze --model M --profile DIR`), got {model!r}")
+
+
+def emulated_byte_scale(config: BenchConfig, pull_bytes: int) -> float:
+    """--byte-scale, or the largest scale that keeps W workers' bytes per step at
+    EMULATED_BYTES_PER_STEP (the scale of the runs that stayed under the CPU guard)."""
+    if config.byte_scale is not None:
+        return config.byte_scale
+    total = max(1, pull_bytes * config.workers)
+    return min(1.0, EMULATED_BYTES_PER_STEP / total)
 
 
 def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:
@@ -241,6 +295,20 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
             "profile_rate_bits": parse_rates([PROFILE_RATE])[0]["value"],
             "out": os.path.join(tmp, "result.json"),
         }
+        if config.emulated:
+            given = config.byte_scale is not None
+            full = replay_profile(config.model)
+            from tictac_hooks.bench import replay
+            pull = replay.plan(full, config.ps, config.compute_ms,
+                               training=config.mode == "training").pull_bytes
+            scale = emulated_byte_scale(config, pull)
+            config.byte_scale = scale
+            cfg["emulate"] = {"compute_ms": config.compute_ms, "byte_scale": scale,
+                              "max_ops": config.max_ops, "model": config.model}
+            say(f"[bench {config.label}] emulated GPU workers: {config.compute_ms:g} ms of "
+                f"compute per step, bytes and links x {scale:.3g}"
+                + (" (--byte-scale)" if given else " (picked: W x bytes per step at "
+                                                    f"{EMULATED_BYTES_PER_STEP / 2**20:.0f} MiB)"))
         env = dict(WORKER_ENV)
         if shaped:
             netns.cleanup_stale()
@@ -256,7 +324,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
                     direct_workers=direct_tasks, network=net, env=env,
                     skip_after_s=config.skip_timeout,
                     window_bytes=config.window_bytes,
-                    worker_cpus=_worker_cpus(config, w, total_workers)) as cluster:
+                    worker_cpus=_worker_cpus(config, w, total_workers),
+                    workers_load_native=config.emulated) as cluster:
                 say(f"[bench {config.label}] shaped network: {len(hosts)} namespaces "
                     f"({', '.join(hosts)}), PS {cluster.ps_addresses}")
                 result = _drive(cluster, cfg, tmp, config.timeout_s, net, say)
@@ -265,7 +334,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
                               backend=config.backend, direct_workers=direct_tasks, env=env,
                               skip_after_s=config.skip_timeout,
                               window_bytes=config.window_bytes,
-                    worker_cpus=_worker_cpus(config, w, total_workers)) as cluster:
+                              worker_cpus=_worker_cpus(config, w, total_workers),
+                              workers_load_native=config.emulated) as cluster:
                 result = _drive(cluster, cfg, tmp, config.timeout_s, None, say)
     commit, dirty = source_revision()
     # the client's output (read from its file) with what the runner knows
@@ -285,7 +355,11 @@ def config_record(config: BenchConfig, batch: int) -> BenchConfigRecord:
 
 def _drive(cluster: Any, cfg: dict, tmp: str, timeout_s: float, net: Any,
            say: Callable[[str], None]) -> dict:
-    cfg = dict(cfg, ps_addresses=cluster.ps_addresses,
+    groups = {}
+    for task in cluster.tasks:
+        with contextlib.suppress(OSError):
+            groups[f"{task.job}{task.index}"] = os.getpgid(task.process.pid)
+    cfg = dict(cfg, ps_addresses=cluster.ps_addresses, task_groups=groups,
                masters=[cluster.worker_addresses[cfg["interposed_tasks"][0]]]
                + ([cluster.worker_addresses[cfg["direct_tasks"][0]]] if cfg["direct_tasks"]
                   else []))

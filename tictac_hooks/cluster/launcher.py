@@ -144,6 +144,8 @@ class LocalCluster:
         a plain TensorFlow PS twin of each gated PS, job ``ps-direct`` here, on the same
         host, holding its own copy of the variables, so run the initializer through
         a direct worker too).
+      workers_load_native: every worker task loads the native library (its ops: the
+        emulated compute of ``tictac bench --emulate-gpu``) before it serves.
       network: an open :class:`~tictac_hooks.cluster.netns.ShapedNetwork` with hosts
         ``ps<i>``, ``worker<i>`` (and ``chief`` when ``chief``), see
         :func:`~tictac_hooks.cluster.netns.cluster_hosts`; each task runs in its
@@ -165,7 +167,8 @@ class LocalCluster:
                  direct_workers: Sequence[int] = (),
                  network: "ShapedNetwork | None" = None,
                  worker_cpus: Mapping[int, int] | None = None,
-                 ps_cpus: Mapping[int, int] | None = None) -> None:
+                 ps_cpus: Mapping[int, int] | None = None,
+                 workers_load_native: bool = False) -> None:
         if isinstance(rendezvous, bool):
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
@@ -210,6 +213,7 @@ class LocalCluster:
                                  f"({sorted(available)})")
         self.skip_after_s = skip_after_s
         self.window_bytes = window_bytes
+        self.workers_load_native = workers_load_native
         self.start_timeout_s = start_timeout_s
         self.env = dict(env or {})
         self._own_log_dir = log_dir is None
@@ -268,7 +272,7 @@ class LocalCluster:
             return self  # already started (``with LocalCluster(...)`` starts it)
         if self.log_dir is None:
             self.log_dir = tempfile.mkdtemp(prefix="tictac-cluster-")
-        if self.backend == "native" and any(self.enforcing):
+        if (self.backend == "native" and any(self.enforcing)) or self.workers_load_native:
             from tictac_hooks.enforce.native.build import build
             build()  # once, here, rather than in every PS at once (cached afterwards)
         cleanup.register(self)
@@ -314,7 +318,8 @@ class LocalCluster:
             spec = self.direct_spec() if i in self.direct_workers else self.spec
             self._start_task("worker", i, [
                 "server", "--cluster-spec", json.dumps(spec), "--job", "worker",
-                "--task-index", str(i)])
+                "--task-index", str(i)] + (["--load-native"] if self.workers_load_native
+                                           else []))
         self.wait_ready()
         return self
 

@@ -87,6 +87,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Start a tf.distribute.Server for one task of the cluster and block.")
     _task_arguments(p)
     p.add_argument("--job", default="worker", help="job name (default worker)")
+    p.add_argument("--load-native", action="store_true",
+                   help="load the TicTac native library into this task first: its ops "
+                        "(TictacDelay, the emulated compute of `tictac bench "
+                        "--emulate-gpu`) then run here")
     p.set_defaults(func=_server)
 
     p = sub.add_parser(
@@ -293,6 +297,9 @@ def _server(args: argparse.Namespace) -> int:
 
     import tensorflow as tf
 
+    if args.load_native:
+        from tictac_hooks.enforce.native.build import load
+        load()
     server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job,
                                   task_index=index, protocol="grpc")
     print(f"tictac server: {job}:{index} on {spec[job][index]}", flush=True)

@@ -264,6 +264,11 @@ class RateRun:
     # GateStats.totals: states, early hand-backs, "returned" and "rejoined" workers),
     # by PS index; None: the proxy backend, or older results.
     gate_totals: Mapping[str, Mapping[str, int]] | None = None
+    # --emulate-gpu: the CPU the measured blocks cost (bench/cpu_guard.py CpuUse.to_json)
+    # and the emulated compute measured in them (ms per step, the compute reference's
+    # median); None: real compute
+    cpu: Mapping[str, Any] | None = None
+    emulated_compute_ms: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bytes_per_ps", _floats(self.bytes_per_ps))
@@ -291,6 +296,10 @@ class RateRun:
             out["push_bytes_per_ps"] = list(self.push_bytes_per_ps)
         if self.gate_totals is not None:
             out["gate_totals"] = {ps: dict(t) for ps, t in self.gate_totals.items()}
+        if self.cpu is not None:
+            out["cpu"] = dict(self.cpu)
+        if self.emulated_compute_ms is not None:
+            out["emulated_compute_ms"] = self.emulated_compute_ms
         return out
 
     @classmethod
@@ -307,7 +316,8 @@ class RateRun:
                    _optional(d.get("push_bytes_per_ps"), _floats), d.get("sim_inputs"),
                    _optional(d.get("gate_totals"),
                              lambda g: {str(ps): {str(k): int(v) for k, v in t.items()}
-                                        for ps, t in g.items()}))
+                                        for ps, t in g.items()}),
+                   d.get("cpu"), _optional(d.get("emulated_compute_ms"), float))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,6 +349,11 @@ class BenchConfigRecord:
     check_block_steps: int | None = None
     conserve_after_s: float | None = None
     calibrate: bool | None = None
+    # --emulate-gpu (bench/replay.py): the emulated step's compute, the byte scale
+    # (bytes and links both x it), the delay ops a step is cut into; None: real compute
+    compute_ms: float | None = None
+    byte_scale: float | None = None
+    max_ops: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bandwidth", tuple(self.bandwidth))

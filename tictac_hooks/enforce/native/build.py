@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # key hashes (tests/enforce/test_native.py checks that none is left out).
 GATE_SOURCES = ("gate.cc", "gate_channels.cc", "gate_pacing.cc", "gate_records.cc",
                 "control.cc", "capi.cc")
-PLUGIN_SOURCES = GATE_SOURCES + ("tf_server.cc",)
+PLUGIN_SOURCES = GATE_SOURCES + ("tf_server.cc", "delay_op.cc")
 HEADERS = ("gate.h", "gate_internal.h", "control.h")
 LIBRARY = "libtictac_native.so"
 GATE_LIBRARY = "libtictac_gate.so"  # the gate alone, no TensorFlow (conformance tests)
