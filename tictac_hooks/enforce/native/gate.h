@@ -17,8 +17,9 @@
 // Which waiting transfer goes when the link has room: one whose turn came in the
 // earliest *turn*. A turn is a round of the job's workers at this gate: a worker's
 // new channel joins the round its job is in while a channel of that round (another
-// worker's) is still being served here, and begins the next round otherwise (no one
-// else's step is in flight here, or the worker has a channel in the round already).
+// worker's) is still being served here (held, in flight, or with listed transfers to
+// come), and begins the next round otherwise (no one else's step is in flight here,
+// or the worker has a channel in the round already).
 // So a round holds the steps served together, each worker's once, whatever else a
 // worker opened before (a master's one-off read, a step of its own during setup); a
 // worker that comes back from a pause, alone or with all the others, is in the round

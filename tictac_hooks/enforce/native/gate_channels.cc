@@ -244,7 +244,8 @@ void Gate::Whole(Channel* ch) {
 
 // A channel's turn: the round its job is in (gate.h, "Which waiting transfer goes"):
 // it joins the job's current round while another destination's channel of that round
-// is still served here (a transfer held or in flight), else it begins the next one.
+// is still served here (a transfer held or in flight, or one its order lists still to
+// come: a step's first requests may pass at once), else it begins the next one.
 int64_t Gate::TurnOf(const std::string& dest, int64_t step, double steady) {
   Round& round = rounds_[dest.substr(0, dest.find("/replica:"))];
   bool joins = false;
@@ -255,7 +256,9 @@ int64_t Gate::TurnOf(const std::string& dest, int64_t step, double steady) {
       auto cit = sit->second.find(other);
       if (cit == sit->second.end()) continue;
       const Channel& ch = *cit->second;
-      if (!ch.finished && (!ch.waiters.empty() || ch.inflight > 0)) {
+      const bool serving = !ch.waiters.empty() || ch.inflight > 0 ||
+                           (ch.installed && ch.done.size() < ch.installed->size());
+      if (!ch.finished && serving) {
         joins = true;
         break;
       }
