@@ -172,3 +172,23 @@ def test_a_profile_without_declaration_order_predicts_the_others(capsys, tmp_pat
     assert main(["whatif", "--profile", str(tmp_path), "--workers", "2", "--ps", "1",
                  "--bandwidth", "8mbit"]) == 0
     assert "n/a" in capsys.readouterr().out
+
+
+def test_the_users_step_time_scales_the_compute_and_keeps_its_shape(capsys) -> None:
+    cpu = profiles.builtin("resnet50")
+    gpu = profiles.at_step(cpu, 120.0)
+    assert gpu.compute_s == pytest.approx(0.120)
+    assert gpu.cpu_s is None and "scaled to 120 ms" in gpu.source["compute"]
+    ratio = {op.name: op.time / cpu.graph[op.name].time
+             for op in gpu.graph.compute_ops if cpu.graph[op.name].time}
+    assert max(ratio.values()) == pytest.approx(min(ratio.values()))  # one factor
+    assert [op.inputs for op in gpu.graph.ops] == [op.inputs for op in cpu.graph.ops]
+    with pytest.raises(profiles.ProfileError, match="--compute-ms must be > 0"):
+        profiles.at_step(cpu, 0)
+    # less compute per step, the same bytes: the link bound decides sooner
+    fast = predict(gpu, Cluster(16, 4, 10e9))
+    slow = predict(cpu, Cluster(16, 4, 10e9))
+    assert fast.row("default").step_s < slow.row("default").step_s
+    assert main(["whatif", "--model", "resnet50", "--workers", "8", "--ps", "4",
+                 "--bandwidth", "10gbit", "--compute-ms", "120"]) == 0
+    assert "compute 120 ms per step as given" in capsys.readouterr().out

@@ -139,6 +139,26 @@ def from_run(graph: Graph, compute_times: dict[str, float] | None,
                            "compute": "measured" if compute_times else "not measured (0)"})
 
 
+def at_step(profile: Profile, compute_ms: float, where: str = "--compute-ms") -> Profile:
+    """``profile`` with every compute op's time scaled so that its step computes for
+    ``compute_ms`` (a GPU worker's step, say, where the profile was taken on a CPU):
+    the ops keep their relative costs and dependencies. The CPU a step costs is then
+    that compute (the measured ``cpu_s`` was the profiling machine's)."""
+    if not compute_ms > 0:
+        raise ProfileError(f"{where} must be > 0 ms, got {compute_ms}")
+    if profile.compute_s <= 0:
+        raise ProfileError(f"{where}: the {profile.model} profile has no compute times to "
+                           "scale")
+    factor = compute_ms / 1e3 / profile.compute_s
+    graph = profile.graph.with_times({op.name: (op.time or 0.0) * factor
+                                      for op in profile.graph.compute_ops})
+    return dataclasses.replace(
+        profile, graph=graph, cpu_s=None,
+        source=dict(profile.source, compute=f"scaled to {compute_ms:g} ms per step "
+                                            f"(x {factor:.4g} of the profiled "
+                                            f"{profile.compute_s * 1e3:.1f} ms)"))
+
+
 def load(directory: str) -> Profile:
     """The profile in ``directory`` (as :meth:`Profile.save` wrote it, or the file)."""
     path = directory if directory.endswith(".json.gz") else os.path.join(directory, FILE)

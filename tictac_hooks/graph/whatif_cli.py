@@ -41,6 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-cpu-ms", type=_positive, default=None, metavar="MS",
                    help="with --cpus, the CPU milliseconds one worker step costs the "
                         "whole cluster (default: the profile's, else its compute)")
+    p.add_argument("--compute-ms", type=_positive, default=None, metavar="MS",
+                   help="the step's compute on one of your workers (its GPU), ms: the "
+                        "profile's op times are scaled to it, keeping their relative "
+                        "costs (default: the profile's own, measured where it was taken; "
+                        "the built-ins were taken on this project's 2-core CPU machine)")
     p.add_argument("--synchronous", action="store_true",
                    help="synchronous training (every worker waits at a barrier, as the "
                         "graph-mode bench); default: asynchronous, as fit under "
@@ -150,6 +155,8 @@ def _whatif(args: argparse.Namespace) -> int:
         profile = profiles.load(args.profile)
     else:
         profile = profiles.builtin(args.model)
+    if args.compute_ms is not None:
+        profile = profiles.at_step(profile, args.compute_ms)
     if args.step_cpu_ms is not None:
         profile = dataclasses.replace(profile, cpu_s=args.step_cpu_ms / 1e3)
     rate = parse_rate(args.bandwidth)
@@ -158,7 +165,9 @@ def _whatif(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     mode = "synchronous" if args.synchronous else "asynchronous (fit under PSS)"
     print(f"{profile.model} ({'training' if profile.training else 'inference'}, batch "
-          f"{profile.batch} per worker), links {args.bandwidth}, {mode}"
+          f"{profile.batch} per worker, compute {profile.compute_s * 1e3:.0f} ms per step"
+          + (" as given" if args.compute_ms is not None else " as profiled")
+          + f"), links {args.bandwidth}, {mode}"
           + (f", {args.cpus:g} cores shared" if args.cpus else "")
           + f": gain of each order over TensorFlow's default ({seconds:.1f} s)")
     print(table(predictions))
