@@ -273,11 +273,13 @@ class Gate {
   // channels with a skip timer: the hot paths never walk every live step.
   // (turn, task index, step seq, destination): the paced service's order
   std::map<std::tuple<int64_t, int64_t, int64_t, std::string>, Channel*> waiting_;
-  // A job's current round (TurnOf): its turn and its channels, by destination (the
-  // gate's step key: a retired step is no longer served).
+  // A job's current round (TurnOf): its turn and its channels in the order they
+  // opened, as (destination, the gate's step key: a retired step is no longer served),
+  // and the destinations among them.
   struct Round {
     int64_t turn = -1;  // < 0: no round yet
-    std::unordered_map<std::string, int64_t> members;
+    std::vector<std::pair<std::string, int64_t>> members;
+    std::unordered_set<std::string> dests;
   };
   std::unordered_map<std::string, Round> rounds_;        // job -> its current round
   std::unordered_map<std::string, int64_t> dest_turns_;  // destination -> its last turn

@@ -249,8 +249,10 @@ void Gate::Whole(Channel* ch) {
 int64_t Gate::TurnOf(const std::string& dest, int64_t step, double steady) {
   Round& round = rounds_[dest.substr(0, dest.find("/replica:"))];
   bool joins = false;
-  if (round.turn >= 0 && round.members.count(dest) == 0) {
-    for (const auto& [other, key] : round.members) {
+  if (round.turn >= 0 && round.dests.count(dest) == 0) {
+    // newest first: the channel most likely still served (O(1) in a round in flight)
+    for (auto it = round.members.rbegin(); it != round.members.rend(); ++it) {
+      const auto& [other, key] = *it;
       auto sit = steps_.find(key);
       if (sit == steps_.end()) continue;
       auto cit = sit->second.find(other);
@@ -267,8 +269,10 @@ int64_t Gate::TurnOf(const std::string& dest, int64_t step, double steady) {
   if (!joins) {
     round.turn += 1;
     round.members.clear();
+    round.dests.clear();
   }
-  round.members[dest] = step;
+  round.members.emplace_back(dest, step);
+  round.dests.insert(dest);
   auto last = dest_opened_.find(dest);
   auto previous = dest_turns_.find(dest);
   if (last != dest_opened_.end() &&
