@@ -89,3 +89,15 @@ def test_bytes_per_transfer_names_each_edge_of_a_tensor_sent_over_two():
     failed = [dataclasses.replace(profiled[0], transfers=(
         dataclasses.replace(profiled[0].transfers[0], error="CANCELLED"),))]
     assert bytes_per_transfer(failed) == {}
+
+
+def test_steps_in_one_turn_counts_the_steps_whose_workers_share_a_turn():
+    from tictac_hooks.bench.client import steps_in_one_turn
+    from tictac_hooks.records import GateStep
+
+    def rec(step, worker, turn, ps="ps0"):
+        return GateStep(step, f"/job:worker/replica:0/task:{worker}", 1, "tic", True, (), (),
+                        0, 0.0, 0.0, (), 0, 0, 0, (), ps=ps, turn=turn)
+    records = [rec(1, 0, 5), rec(1, 1, 5), rec(2, 0, 6), rec(2, 1, 7), rec(3, 0, 8),
+               rec(1, 0, 2, ps="ps1"), rec(1, 1, 2, ps="ps1"), rec(4, 0, -1), rec(4, 1, -1)]
+    assert steps_in_one_turn(records) == (2, 3)  # step 3: one worker; step 4: no turns

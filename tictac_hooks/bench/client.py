@@ -212,6 +212,20 @@ def emulated_compute_line(cfg: dict, cpu: CpuUse, calibration: dict) -> float | 
     return measured
 
 
+def steps_in_one_turn(records: Any) -> tuple[int, int]:
+    """(steps whose workers' records at a PS all have one turn, steps with two or more
+    workers' records there): the in-graph bench runs every tower in one step id."""
+    turns: dict[tuple[str, int], set[int]] = {}
+    count: dict[tuple[str, int], int] = {}
+    for rec in records:
+        if rec.turn >= 0:
+            key = (rec.ps, rec.step_id)
+            turns.setdefault(key, set()).add(rec.turn)
+            count[key] = count.get(key, 0) + 1
+    shared = [k for k, n in count.items() if n > 1]
+    return sum(1 for k in shared if len(turns[k]) == 1), len(shared)
+
+
 def gate_totals(addresses: list[str]) -> dict[str, dict[str, int]] | None:
     """Each PS's gate totals by PS index (None where a PS's gate keeps none)."""
     from tictac_hooks.enforce.client import stats_everywhere
@@ -381,6 +395,10 @@ def run(cfg: dict) -> dict:
             emulated_compute_ms=emulated_ms,
         ))
         totals = runs[-1].gate_totals or {}
+        together, steps = steps_in_one_turn(rv_records.values())
+        if steps:
+            progress(cfg, f"turns: {together} of {steps} steps had all their workers in one "
+                          "turn at each PS (the paced service aligns them within a turn)")
         progress(cfg, "gate totals: workers back after a pause "
                       f"{sum(t.get('returned', 0) for t in totals.values())}, levelled "
                       f"{sum(t.get('rejoined', 0) for t in totals.values())} (over "
