@@ -57,6 +57,36 @@ def test_config_validation_and_rates():
             BenchConfig(**bad).validate()
 
 
+def test_emulated_settings_are_checked_and_the_byte_scale_picked():
+    from tictac_hooks.bench.runner import (EMULATED_BYTES_PER_STEP, BenchConfig,
+                                           emulated_byte_scale)
+    config = BenchConfig(model="resnet50", workers=32, ps=8, compute_ms=100.0)
+    config.validate()  # 32 workers and 8 PS: emulated workers only
+    assert config.schedules == ["stock", "tic", "tac"]
+    assert config.label == "resnet50/training/W32/P8/gpu100ms"
+    with pytest.raises(ValueError, match="workers must be in 1..8"):
+        BenchConfig(model="resnet50", workers=32).validate()
+    for bad, word in ((dict(model="vgg16"), "replays a profile"),
+                      (dict(compute_ms=0.0), "--compute-ms"),
+                      (dict(byte_scale=1.5), "--byte-scale"), (dict(max_ops=0), "--max-ops"),
+                      (dict(workers=33), "--workers")):
+        with pytest.raises(ValueError, match=word):
+            BenchConfig(**(dict(model="resnet50", compute_ms=100.0) | bad)).validate()
+    # the picked scale keeps W workers' pulls at EMULATED_BYTES_PER_STEP, at most 1
+    pull = 100 * 2**20
+    assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=2), pull) == 1.0
+    assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=16), pull) == \
+        pytest.approx(EMULATED_BYTES_PER_STEP / (16 * pull))
+    assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=16, byte_scale=0.5),
+                               pull) == 0.5
+
+
+def test_the_cli_takes_emulate_gpu_with_compute_ms_only(capsys):
+    from tictac_hooks.cli import main
+    assert main(["bench", "--emulate-gpu", "--model", "resnet50"]) != 0
+    assert "--emulate-gpu and --compute-ms go together" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.root
