@@ -152,9 +152,12 @@ PROFILE_RATE = "100gbit"
 # --emulate-gpu: TensorFlow's order on the same PS and workers (the gate bypassed), TIC
 # and TAC: one worker set, so 32 workers are 32 processes, not 64
 EMULATED_SCHEDULES = (STOCK, "tic", "tac")
-# the byte scale picked without --byte-scale: each worker's share of the 2 cores' gRPC
-# work stays about what 4 workers x 100 MiB cost (bench/replay.py); at most 1
+# the byte scale picked without --byte-scale (bench/replay.py): the workers' pulls per
+# step at most 400 MiB together, and one worker's pulls and pushes at most 64 MiB (a
+# ResNet-50 worker at 1 x its bytes, 195 MiB per step, used 43 % of a core: over the
+# guard); at most 1
 EMULATED_BYTES_PER_STEP = 4 * 100 * 2**20
+EMULATED_BYTES_PER_WORKER = 64 * 2**20
 
 
 def replay_profile(model: str) -> Any:
@@ -170,13 +173,15 @@ def replay_profile(model: str) -> Any:
                      f"(`tictac analyze --model M --profile DIR`), got {model!r}")
 
 
-def emulated_byte_scale(config: BenchConfig, pull_bytes: int) -> float:
-    """--byte-scale, or the largest scale that keeps W workers' bytes per step at
-    EMULATED_BYTES_PER_STEP (the scale of the runs that stayed under the CPU guard)."""
+def emulated_byte_scale(config: BenchConfig, pull_bytes: int, push_bytes: int = 0) -> float:
+    """--byte-scale, or the largest scale that keeps W workers' pulls per step within
+    EMULATED_BYTES_PER_STEP and one worker's pulls and pushes within
+    EMULATED_BYTES_PER_WORKER."""
     if config.byte_scale is not None:
         return config.byte_scale
     total = max(1, pull_bytes * config.workers)
-    return min(1.0, EMULATED_BYTES_PER_STEP / total)
+    own = max(1, pull_bytes + push_bytes)
+    return min(1.0, EMULATED_BYTES_PER_STEP / total, EMULATED_BYTES_PER_WORKER / own)
 
 
 def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:
@@ -299,16 +304,18 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
             given = config.byte_scale is not None
             full = replay_profile(config.model)
             from tictac_hooks.bench import replay
-            pull = replay.plan(full, config.ps, config.compute_ms,
-                               training=config.mode == "training").pull_bytes
-            scale = emulated_byte_scale(config, pull)
+            whole = replay.plan(full, config.ps, config.compute_ms,
+                                training=config.mode == "training")
+            scale = emulated_byte_scale(config, whole.pull_bytes, whole.push_bytes)
             config.byte_scale = scale
             cfg["emulate"] = {"compute_ms": config.compute_ms, "byte_scale": scale,
                               "max_ops": config.max_ops, "model": config.model}
             say(f"[bench {config.label}] emulated GPU workers: {config.compute_ms:g} ms of "
                 f"compute per step, bytes and links x {scale:.3g}"
-                + (" (--byte-scale)" if given else " (picked: W x bytes per step at "
-                                                    f"{EMULATED_BYTES_PER_STEP / 2**20:.0f} MiB)"))
+                + (" (--byte-scale)" if given else
+                   f" (picked: pulls at most {EMULATED_BYTES_PER_STEP / 2**20:.0f} MiB per "
+                   f"step, a worker's pulls and pushes at most "
+                   f"{EMULATED_BYTES_PER_WORKER / 2**20:.0f} MiB)"))
         env = dict(WORKER_ENV)
         if shaped:
             netns.cleanup_stale()
