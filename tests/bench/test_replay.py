@@ -123,3 +123,17 @@ def test_the_graph_places_variables_on_the_ps_and_delays_after_their_reads():
            if op.type == "TictacDelay" and op.name.startswith("compute0/")]
     assert len(ref) == 3 and all(len(op.inputs) == 1 for op in ref)
     assert len(work.sets) == 1 and work.sets[0].num_timestamps == 2
+
+
+def test_merged_reads_are_one_variable_per_segment_and_ps():
+    r = replay.plan(_profile(min_shard_bytes=1000), ps=2, compute_ms=100.0,
+                    merge_reads=True, max_ops=2)
+    # segment 0 needs both w1 shards (one on each PS); segment 1 needs w2 (PS 0; w2 is
+    # the third shard made, round-robin) and w3 (PS 1)
+    assert [(s.name, s.ps, s.elements) for s in r.shards] == [
+        ("segment_0/ps_0", 0, 500), ("segment_0/ps_1", 1, 500),
+        ("segment_1/ps_0", 0, 200), ("segment_1/ps_1", 1, 10)]
+    assert [s.reads for s in r.segments] == [(0, 1), (2, 3)]
+    assert r.pull_bytes == replay.plan(_profile(min_shard_bytes=1000), ps=2,
+                                       compute_ms=100.0).pull_bytes
+    assert r.push_bytes == r.pull_bytes

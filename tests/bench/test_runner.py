@@ -72,11 +72,11 @@ def test_emulated_settings_are_checked_and_the_byte_scale_picked():
                       (dict(workers=33), "--workers")):
         with pytest.raises(ValueError, match=word):
             BenchConfig(**(dict(model="resnet50", compute_ms=100.0) | bad)).validate()
-    # the picked scale keeps W workers' pulls at EMULATED_BYTES_PER_STEP, at most 1
+    # the picked scale keeps W workers' pulls and pushes within EMULATED_BYTES_PER_STEP
     pull = 10 * 2**20
     assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=2), pull, pull) == 1.0
-    assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=80), pull) == \
-        pytest.approx(EMULATED_BYTES_PER_STEP / (80 * pull))
+    assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=80), pull, pull) == \
+        pytest.approx(EMULATED_BYTES_PER_STEP / (80 * 2 * pull))
     # one worker's own bytes bound it too: 100 MiB each way at one worker
     assert emulated_byte_scale(BenchConfig(compute_ms=1.0, workers=1), 10 * pull,
                                10 * pull) == pytest.approx(64 / 200)

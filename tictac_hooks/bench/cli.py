@@ -118,8 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="every variable's bytes and every link's rate x S, so comm time "
                         "stays and the PS's CPU per byte falls (default: picked from the "
                         "workers and the model's bytes, and printed)")
-    g.add_argument("--max-ops", type=int, default=64,
-                   help="delay ops per worker step (default 64)")
+    g.add_argument("--max-ops", type=int, default=16,
+                   help="delay ops per worker step, each after the parameters it first "
+                        "needs, read from each PS as one variable (default 16)")
     p.set_defaults(func=_bench)
     r = sub.add_parser("bench-report", help="Markdown + PNG plots from `tictac bench` JSON files")
     r.add_argument("inputs", nargs="+", metavar="RESULT.json")

@@ -53,7 +53,8 @@ class Runner:
             e = cfg["emulate"]
             self.replay = replay.plan(replay_profile(e["model"]), cfg["ps"], e["compute_ms"],
                                       training=cfg["mode"] == "training",
-                                      byte_scale=e["byte_scale"], max_ops=e["max_ops"])
+                                      byte_scale=e["byte_scale"], max_ops=e["max_ops"],
+                                      merge_reads=True)
             progress(cfg, self.replay.describe())
             self.work = replay.build(self.replay, sets, compute_workers=cfg["interposed_tasks"])
         else:

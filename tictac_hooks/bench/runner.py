@@ -86,7 +86,8 @@ class BenchConfig:
     # machine's cores); bytes and links x byte_scale (None: picked, emulated_byte_scale)
     compute_ms: float | None = None
     byte_scale: float | None = None
-    max_ops: int = 64
+    max_ops: int = 16  # (each op a delay and its PS reads: at 16-32 workers the RPCs' CPU
+                       # is what 2 cores run out of)
 
     def __post_init__(self) -> None:
         if self.schedules is None:
@@ -152,11 +153,11 @@ PROFILE_RATE = "100gbit"
 # --emulate-gpu: TensorFlow's order on the same PS and workers (the gate bypassed), TIC
 # and TAC: one worker set, so 32 workers are 32 processes, not 64
 EMULATED_SCHEDULES = (STOCK, "tic", "tac")
-# the byte scale picked without --byte-scale (bench/replay.py): the workers' pulls per
-# step at most 400 MiB together, and one worker's pulls and pushes at most 64 MiB (a
-# ResNet-50 worker at 1 x its bytes, 195 MiB per step, used 43 % of a core: over the
-# guard); at most 1
-EMULATED_BYTES_PER_STEP = 4 * 100 * 2**20
+# the byte scale picked without --byte-scale (bench/replay.py): every worker's pulls and
+# pushes per step at most 128 MiB together, one worker's at most 64 MiB. Measured here:
+# one ResNet-50 worker moving 195 MiB a step used 43 % of a core and its PS 52 %;
+# 16 moving 800 MiB together kept a core 94 % busy (2.3 s steps): over the guard
+EMULATED_BYTES_PER_STEP = 128 * 2**20
 EMULATED_BYTES_PER_WORKER = 64 * 2**20
 
 
@@ -174,14 +175,14 @@ def replay_profile(model: str) -> Any:
 
 
 def emulated_byte_scale(config: BenchConfig, pull_bytes: int, push_bytes: int = 0) -> float:
-    """--byte-scale, or the largest scale that keeps W workers' pulls per step within
-    EMULATED_BYTES_PER_STEP and one worker's pulls and pushes within
+    """--byte-scale, or the largest scale that keeps the W workers' pulls and pushes
+    per step within EMULATED_BYTES_PER_STEP and one worker's within
     EMULATED_BYTES_PER_WORKER."""
     if config.byte_scale is not None:
         return config.byte_scale
-    total = max(1, pull_bytes * config.workers)
     own = max(1, pull_bytes + push_bytes)
-    return min(1.0, EMULATED_BYTES_PER_STEP / total, EMULATED_BYTES_PER_WORKER / own)
+    return min(1.0, EMULATED_BYTES_PER_STEP / (own * config.workers),
+               EMULATED_BYTES_PER_WORKER / own)
 
 
 def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:
@@ -305,7 +306,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
             full = replay_profile(config.model)
             from tictac_hooks.bench import replay
             whole = replay.plan(full, config.ps, config.compute_ms,
-                                training=config.mode == "training")
+                                training=config.mode == "training",
+                                max_ops=config.max_ops, merge_reads=True)
             scale = emulated_byte_scale(config, whole.pull_bytes, whole.push_bytes)
             config.byte_scale = scale
             cfg["emulate"] = {"compute_ms": config.compute_ms, "byte_scale": scale,
@@ -313,8 +315,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
             say(f"[bench {config.label}] emulated GPU workers: {config.compute_ms:g} ms of "
                 f"compute per step, bytes and links x {scale:.3g}"
                 + (" (--byte-scale)" if given else
-                   f" (picked: pulls at most {EMULATED_BYTES_PER_STEP / 2**20:.0f} MiB per "
-                   f"step, a worker's pulls and pushes at most "
+                   f" (picked: pulls and pushes at most {EMULATED_BYTES_PER_STEP / 2**20:.0f} "
+                   f"MiB a step, a worker's at most "
                    f"{EMULATED_BYTES_PER_WORKER / 2**20:.0f} MiB)"))
         env = dict(WORKER_ENV)
         if shaped:
