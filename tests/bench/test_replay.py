@@ -137,3 +137,27 @@ def test_merged_reads_are_one_variable_per_segment_and_ps():
     assert r.pull_bytes == replay.plan(_profile(min_shard_bytes=1000), ps=2,
                                        compute_ms=100.0).pull_bytes
     assert r.push_bytes == r.pull_bytes
+
+
+def test_a_push_smaller_than_its_variable_updates_its_leading_elements():
+    tf = pytest.importorskip("tensorflow")
+    from tictac_hooks.enforce.native.build import NativeBuildError, compiler
+    try:
+        compiler()
+    except NativeBuildError as e:
+        pytest.skip(f"no C++ toolchain for the native library: {e}")
+    r = replay.Replay("rows", True, 1, (replay.Shard("table", 0, 100, 30),),
+                      (replay.Segment(5.0, (0,), 1),), 5.0, 1.0)
+    work = replay.build(r, [[0]])
+    from tictac_hooks.ports import free_port
+    spec = tf.train.ClusterSpec({"ps": [f"localhost:{free_port()}"],
+                                 "worker": [f"localhost:{free_port()}"]})
+    servers = [tf.distribute.Server(spec, job_name=job, task_index=0)
+               for job in ("ps", "worker")]  # both in this process
+    with tf.compat.v1.Session(servers[1].target, graph=work.graph) as sess:
+        sess.run(work.init)
+        sess.run(work.sets[0].fetches)  # zeros pushed: the table stays as it was
+        assert not sess.run(work.variables[0]).any()
+    assert any(op.type == "ResourceScatterSub" for op in work.graph.get_operations())
+    plan = replay.plan(_profile(), ps=1, compute_ms=10.0, byte_scale=0.3)
+    assert all(s.push_elements <= s.elements for s in plan.shards)

@@ -140,9 +140,9 @@ def plan(profile: Profile, ps: int, compute_ms: float, training: bool = True,
             n_shards = len({o.channel for o in graph.recvs if (o.param or o.name) == key[0]})
             name = key[0] if n_shards == 1 else f"{key[0]}/part_{count - 1}"
             push = pushes.get(key[0], 0) // n_shards if training else 0
-            shards.append(Shard(name, int(key[1].split(":")[1]),
-                                max(1, round(nbytes * byte_scale / FLOAT_BYTES)),
-                                round(push * byte_scale / FLOAT_BYTES)))
+            elements = max(1, round(nbytes * byte_scale / FLOAT_BYTES))
+            shards.append(Shard(name, int(key[1].split(":")[1]), elements,
+                                min(elements, round(push * byte_scale / FLOAT_BYTES))))
         shard_of[op.name] = index[key]
     ops = [op for op in graph.compute_ops if op.name in keep]
     total_s = sum(op.time or 0.0 for op in ops)
@@ -267,8 +267,13 @@ def build(replay: Replay, worker_sets: Sequence[Sequence[int]], learning_rate: f
                     grads_i = [g[i] for g in tower_grads if g and g[i] is not None]
                     if grads_i:
                         with tf.compat.v1.colocate_with(var):
-                            updates.append(var.assign_sub(
-                                learning_rate * tf.add_n(grads_i) / float(len(grads_i))).op)
+                            step = learning_rate * tf.add_n(grads_i) / float(len(grads_i))
+                            n = replay.shards[i].push_elements
+                            # a push smaller than its variable (rows of a table, or
+                            # rounding) updates the leading elements, as rows would
+                            updates.append(
+                                var.assign_sub(step).op if n == replay.shards[i].elements
+                                else var.scatter_sub(tf.IndexedSlices(step, tf.range(n))).op)
                 fetches.append(tf.group(*updates))
             sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
         init = tf.compat.v1.global_variables_initializer()
