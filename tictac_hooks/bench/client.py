@@ -69,6 +69,19 @@ class Runner:
     def step(self, which: int, **kwargs: Any) -> ClientStep | None:
         return self._run(self.work.sets[which], self.sessions[which], **kwargs)
 
+    def compute_spans(self, steps: int = 5) -> list[float]:
+        """--emulate-gpu: per step, the median over the workers of each one's compute,
+        from its first delay's start to its last one's end on its own clock (the
+        session's dispatch to W workers left out)."""
+        tower_set = self.work.compute
+        n = tower_set.num_timestamps
+        out = []
+        for _ in range(steps):
+            values = self.sessions[0].run(tower_set.fetches)
+            spans = [float(e) - float(s) for s, e in zip(values[-2 * n:-n], values[-n:])]
+            out.append(median(spans))
+        return out
+
     def compute_step(self) -> ClientStep:
         """A step of the compute reference: the interposed workers' towers on their own
         copies of the model, no transfer (workloads.build's ``compute_workers``)."""
@@ -193,19 +206,24 @@ def _conserve(addresses: list[str], after_s: float | None) -> None:
     _call_every(addresses, "configure", f"conserve_after_s\t{value}\n")
 
 
-def emulated_compute_line(cfg: dict, cpu: CpuUse, calibration: dict) -> float | None:
-    """Prints the emulated compute measured in this rate's rounds (the compute
-    reference's median step: every worker's delays, no transfer) against the requested,
-    with the workers' CPU and the guard's verdict; returns the measured ms."""
+def emulated_compute_line(cfg: dict, cpu: CpuUse, spans: list[float],
+                          reference_steps: list[float]) -> float:
+    """Prints the emulated compute measured after this rate's rounds (each worker's
+    delays from the first one's start to the last one's end, no transfer: the median
+    over workers and steps) against the requested, the compute reference's whole step
+    (the session's dispatch to every worker included), the workers' CPU over the rounds
+    and the guard's verdict; returns the measured ms."""
     requested = cfg["emulate"]["compute_ms"]
-    steps = calibration.get(NO_TRANSFER) or []
-    measured = median(steps) * 1e3 if steps else None
+    measured = median(spans) * 1e3
     workers = cfg["interposed_tasks"]
     shares = cpu.worker_shares(workers)
     share = 100 * sum(shares) / len(shares) if shares else float("nan")
-    got = f"{measured:.1f}" if measured is not None else "(not measured: no calibration)"
-    progress(cfg, f"emulated compute: {got} ms of {requested:g} ms requested "
+    progress(cfg, f"emulated compute: {measured:.1f} ms of {requested:g} ms requested "
                   f"({len(workers)} workers, CPU {share:.0f} % of a core per worker)")
+    if reference_steps:
+        progress(cfg, f"  (the compute reference's whole step, the session's dispatch to "
+                      f"{len(workers)} workers included: {median(reference_steps) * 1e3:.1f} "
+                      "ms)")
     why = cpu.reasons(workers)
     if why:
         progress(cfg, f"CPU-bound: {'; '.join(why)}: this rate's figures measure this "
@@ -337,7 +355,8 @@ def run(cfg: dict) -> dict:
         cpu = meter.stop()
         emulated_ms = None
         if cfg.get("emulate"):
-            emulated_ms = emulated_compute_line(cfg, cpu, calibration)
+            emulated_ms = emulated_compute_line(cfg, cpu, r.compute_spans(),
+                                                calibration.get(NO_TRANSFER) or [])
         by_schedule: dict[str, list[GateStep]] = {n: [] for n in names}
         for rec in rv_records.values():
             for name, b0, b1 in blocks:

@@ -227,9 +227,10 @@ def build(replay: Replay, worker_sets: Sequence[Sequence[int]], learning_rate: f
                     s.name.replace(":", "_"), shape=[s.elements], dtype=tf.float32,
                     initializer=tf.compat.v1.zeros_initializer(), use_resource=True))
 
-        def tower(reads: Sequence[Any] | None) -> tuple[Any, list[Any]]:
+        def tower(reads: Sequence[Any] | None) -> tuple[Any, list[Any], Any]:
             # the step starts from a timestamp: nothing here is a constant to fold
-            act = tf.cast(tf.timestamp(), tf.float32)
+            start = tf.timestamp()
+            act = tf.cast(start, tf.float32)
             for seg in replay.segments:
                 inputs = [act] + ([reads[r] for r in seg.reads] if reads is not None else [])
                 act = emulate.delay(inputs, seg.ms)[0]
@@ -237,25 +238,28 @@ def build(replay: Replay, worker_sets: Sequence[Sequence[int]], learning_rate: f
             if replay.training and reads is not None:
                 grads = [emulate.payload([act], [s.push_elements]) if s.push_elements
                          else None for s in replay.shards]
-            return act, grads
+            return act, grads, start
 
         compute = None
         if compute_workers:
-            outs, stamps = [], []
+            outs, starts, stamps = [], [], []
             for w in compute_workers:
                 with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"compute{w}"):
-                    act, _ = tower(None)
+                    act, _, start = tower(None)
                     with tf.control_dependencies([act]):
                         stamps.append(tf.timestamp())
                     outs.append(act)
-            compute = TowerSet(list(compute_workers), outs + stamps, len(stamps))
+                    starts.append(start)
+            # each worker's start and finish on its own clock (compute_spans)
+            compute = TowerSet(list(compute_workers), outs + starts + stamps, len(stamps),
+                               spans=True)
         sets = []
         for tasks in worker_sets:
             outs, stamps, tower_grads = [], [], []
             for w in tasks:
                 with tf.device(f"/job:worker/task:{w}"), tf.name_scope(f"tower{w}"):
                     reads = [v.read_value() for v in variables]
-                    act, grads = tower(reads)
+                    act, grads, _ = tower(reads)
                     tower_grads.append(grads)
                     outs.append(act)
                     with tf.control_dependencies([act] + [g for g in grads if g is not None]):

@@ -78,6 +78,9 @@ class TowerSet:
     workers: list[int]
     fetches: list[Any]
     num_timestamps: int
+    # the fetches hold each tower's start timestamp just before the finishes
+    # (bench/replay.py's compute reference: the emulated compute as each worker ran it)
+    spans: bool = False
 
 
 @dataclasses.dataclass
