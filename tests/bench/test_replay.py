@@ -10,6 +10,19 @@ from tictac_hooks.graph.dag import Graph, Op
 from tictac_hooks.graph.profile import Parameter, Profile, ProfileError, builtin, placed
 
 
+@pytest.fixture(scope="module")
+def tf():
+    """TensorFlow, where the native library (the delay ops) can be built: skips only
+    where no C++ compiler is installed."""
+    tf = pytest.importorskip("tensorflow")
+    from tictac_hooks.enforce.native.build import NativeBuildError, compiler
+    try:
+        compiler()
+    except NativeBuildError as e:
+        pytest.skip(f"no C++ toolchain for the native library: {e}")
+    return tf
+
+
 def _profile(min_shard_bytes=None):
     """x -> a(w1) -> b(w2) -> loss(y) -> db(w2) -> da: forward a, b; backward db, da.
     w1 is read twice (forward and backward), w3 only by the backward."""
@@ -89,13 +102,7 @@ def test_bad_settings_are_refused_with_the_setting_named():
         replay.plan(untrained, ps=1, compute_ms=10.0, training=True)
 
 
-def test_the_graph_places_variables_on_the_ps_and_delays_after_their_reads():
-    tf = pytest.importorskip("tensorflow")
-    from tictac_hooks.enforce.native.build import NativeBuildError, compiler
-    try:
-        compiler()
-    except NativeBuildError as e:
-        pytest.skip(f"no C++ toolchain for the native library: {e}")
+def test_the_graph_places_variables_on_the_ps_and_delays_after_their_reads(tf):
     r = replay.plan(_profile(), ps=2, compute_ms=100.0)
     work = replay.build(r, [[0, 1]], compute_workers=[0])
     assert [(v.device, v.shape.as_list()) for v in work.variables] == [
@@ -139,13 +146,7 @@ def test_merged_reads_are_one_variable_per_segment_and_ps():
     assert r.push_bytes == r.pull_bytes
 
 
-def test_a_push_smaller_than_its_variable_updates_its_leading_elements():
-    tf = pytest.importorskip("tensorflow")
-    from tictac_hooks.enforce.native.build import NativeBuildError, compiler
-    try:
-        compiler()
-    except NativeBuildError as e:
-        pytest.skip(f"no C++ toolchain for the native library: {e}")
+def test_a_push_smaller_than_its_variable_updates_its_leading_elements(tf):
     r = replay.Replay("rows", True, 1, (replay.Shard("table", 0, 100, 30),),
                       (replay.Segment(5.0, (0,), 1),), 5.0, 1.0)
     work = replay.build(r, [[0]])
