@@ -32,8 +32,9 @@ ALLOWED = {
     "enforce": {"graph", "graph.tf"},
     "cluster": {"graph", "enforce"},
     "flags": {"enforce"},
-    "callbacks": {"graph", "graph.tf", "enforce", "flags"},
-    "bench": {"graph", "graph.tf", "enforce", "cluster", "callbacks", "flags"},
+    "run": {"graph", "enforce", "flags"},
+    "callbacks": {"graph", "graph.tf", "enforce", "flags", "run"},
+    "bench": {"graph", "graph.tf", "enforce", "cluster", "callbacks", "flags", "run"},
 }
 TOP = {"__init__"}  # the package's lazy public names
 
