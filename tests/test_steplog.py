@@ -194,3 +194,45 @@ def test_a_step_counts_as_scheduled_only_where_every_ps_that_carries_the_order_r
     assert w0["excluded"]["partly_ordered"] == 2 and w0["scheduled_steps"] == 1, w0
     log.restarted("ps:1")  # its records are numbered from 1 again
     assert not [k for k in log._received if k[0] == "ps:1"]
+
+
+def test_the_profiled_steps_are_read_under_the_log_lock_while_the_reader_adds():
+    """The switch (fit's background thread) reads the profiled records and served
+    names while the reading thread adds records: neither may see a map or set change
+    under it (RuntimeError: ... changed size during iteration)."""
+    import threading
+    from tictac_hooks.callbacks.steplog import StepLog
+    from tictac_hooks.records import GateStep, TransferRecord
+    log = StepLog()
+    w = "/job:worker/replica:0/task:0/device:CPU:0"
+
+    def rec(step, k):
+        names = [f"t{step}_{i}" for i in range(k)]
+        return GateStep(step_id=step, worker=w, schedule_version=None, algorithm=None,
+                        complete=True, order=tuple(names),
+                        transfers=tuple(TransferRecord(n, "pass", -1, 8, 0.0, 0.0, -1, 0.0)
+                                        for n in names),
+                        bytes=8 * k, start=float(step), end=step + 0.5, skipped=(), skips=0,
+                        violations=0, reordered=0, unlisted=(), ps=f"ps{step % 3}")
+    stop, errors = threading.Event(), []
+
+    def add():
+        for step in range(1500):
+            if stop.is_set():
+                return
+            log.add([rec(step, 40)])
+    t = threading.Thread(target=add)
+    t.start()
+    try:
+        while t.is_alive():
+            try:
+                log.transfer_bytes()
+                set().union(*log.served_copy().values())
+                log.profiled_records()
+            except RuntimeError as e:
+                errors.append(str(e))
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert errors == []

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import statistics
+import threading
 from typing import Any, Callable, Iterable
 
 from tictac_hooks.records import (CHECK, LISTED, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
@@ -168,6 +169,9 @@ class StepLog:
         # the latest unscheduled records by (PS, step, worker): what each transfer is
         # served with in TensorFlow's order (a record re-reported replaces itself)
         self._profiled: collections.OrderedDict[tuple, GateStep] = collections.OrderedDict()
+        # add() (the reading thread) and the switch's reads of the profiled steps and
+        # served names (another thread under fit) hold it.
+        self._lock = threading.RLock()
         self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
         self.step_counts: collections.Counter[tuple[str, int]] = collections.Counter()
@@ -187,6 +191,10 @@ class StepLog:
         return any(f"/job:{job}/" in worker for job in self.destination_jobs)
 
     def add(self, records: Iterable[GateStep]) -> None:
+        with self._lock:
+            self._add(records)
+
+    def _add(self, records: Iterable[GateStep]) -> None:
         for rec in records:
             worker = rec.worker
             if not self.is_destination(worker):
@@ -231,13 +239,20 @@ class StepLog:
     def profiled_records(self) -> list[GateStep]:
         """The latest records of steps in TensorFlow's order (up to a bound), per PS,
         step and worker: what the PSes serve unordered."""
-        return list(self._profiled.values())
+        with self._lock:
+            return list(self._profiled.values())
+
+    def served_copy(self) -> dict[str, set[str]]:
+        """worker -> the names the PSes served it while profiling (a copy: the reading
+        thread adds to them)."""
+        with self._lock:
+            return {w: set(names) for w, names in self.served.items()}
 
     def transfer_bytes(self) -> dict[str, float]:
         """Transfer name -> the median bytes the PSes served it with in the latest
         unscheduled steps; each edge of a tensor sent over two edges under its own name
         (records.served_sizes)."""
-        return bytes_per_transfer(self._profiled.values())
+        return bytes_per_transfer(self.profiled_records())
 
     def finalize(self, paused: Callable[[float, float], float],
                  efficiency: Callable[[_Pending, float | None], float | None],
