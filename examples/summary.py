@@ -27,8 +27,14 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     if summary.get("restored_from"):
         switched = (f"the order saved by an earlier run restored after "
                     f"{hook.get('restored_at_step')} steps, without profiling")
-    print(f"\nTicTac ({c.settings.algorithm}{kept}): {switched}; "
-          f"{len(c.schedule) if c.schedule else 0} transfers scheduled")
+    transfers = len(c.schedule) if c.schedule else 0
+    decision = (summary.get("check") or {}).get("decision")
+    if decision == "default":
+        ordered = (f"the order of {transfers} transfers was not shown faster than "
+                   "TensorFlow's: TensorFlow's order runs")
+    else:
+        ordered = f"{transfers} transfers scheduled"
+    print(f"\nTicTac ({c.settings.algorithm}{kept}): {switched}; {ordered}")
     if c.coverage is not None:
         print(f"  the order lists {c.coverage.phrase()}")
     if summary.get("not_ordered"):
@@ -77,17 +83,15 @@ def print_summary(tictac: Any, log_dir: str) -> None:
             print(f"    same run, interleaved blocks: TensorFlow's order "
                   f"{c['default_median_step_time'] * 1e3:.1f} ms, TicTac's "
                   f"{c['tictac_median_step_time'] * 1e3:.1f} ms per step: "
-                  f"{(c['ratio_median'] - 1) * 100:+.1f} % throughput (range "
-                  f"{(c['ratio_min'] - 1) * 100:+.1f} to {(c['ratio_max'] - 1) * 100:+.1f} % "
-                  f"over {c['pairs']} block pairs)")
-    for name, spread in (check.get("candidates") or {}).items():
-        if spread.get("pairs"):
-            print(f"  order check, {name.upper()}: {(spread['ratio_median'] - 1) * 100:+.1f} % "
-                  f"throughput vs TensorFlow's (median of {spread['pairs']} block pairs)")
-    if check.get("decision"):
-        kept = (f"TicTac's {check['chosen'].upper()}" if check["decision"] == "tictac"
-                else "TensorFlow's")
-        print(f"  order check: {kept} order kept (rule: {check['rule']})")
+                  f"{(c['ratio_median'] - 1) * 100:+.1f} % throughput (median of "
+                  f"{c['pairs']} rounds, range {(c['ratio_min'] - 1) * 100:+.1f} to "
+                  f"{(c['ratio_max'] - 1) * 100:+.1f} %)")
+    if check:
+        from tictac_hooks.callbacks.check_runner import verdict_line
+        from tictac_hooks.records import CheckResult
+        result = CheckResult.from_json(check | {"blocks": {}})
+        print(f"  {verdict_line(result, check.get('same_as'))}")
+        print(f"  the rule: {check['rule']}")
     print(f"\nTensorBoard: .venv/bin/python -m tensorboard.main --logdir {log_dir}\n"
           f"Transfer timeline (Perfetto / chrome://tracing): "
           f"{os.path.join(log_dir, 'tictac_transfers.trace.json')}")

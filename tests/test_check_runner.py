@@ -16,50 +16,37 @@ from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
 
 PS = "127.0.0.1:61301"
 W0 = "/job:worker/replica:0/task:0/device:CPU:0"
-ROUNDS, BLOCK = 2, 3
+ROUNDS, BLOCK = 3, 3
 
 
 def graph() -> Graph:
-    return Graph([Op(f"p{i}", "recv", channel="ps:0", bytes=100 * (i + 1)) for i in range(4)]
-                 + [Op("l0", "compute", ("p0", "p1")), Op("l1", "compute", ("l0", "p2", "p3"))])
+    """TIC and TAC order it differently: TAC sends the small p1 first, whose op is long."""
+    return Graph([Op("p0", "recv", channel="ps:0", bytes=4000)]
+                 + [Op(f"p{i}", "recv", channel="ps:0", bytes=100) for i in (1, 2, 3)]
+                 + [Op("l0", "compute", ("p0",)), Op("l1", "compute", ("p1",)),
+                    Op("l2", "compute", ("l0", "l1", "p2", "p3"))])
 
 
 def candidates() -> dict:
     g = {"worker": graph()}
     served = {f"p{i}" for i in range(4)}
     return {"tic": planner.parts_for("tic", g, None, served, set()),
-            "tac": planner.parts_for("tac", g, {"l0": 0.01, "l1": 0.02}, served, set(),
-                                     link_rate=1e4, served_bytes={})}
-
-
-def records(pattern) -> list[WorkerStep]:
-    """pattern: [(phase, order, step time)] of one worker, back to back."""
-    out, t = [], 0.0
-    for i, (phase, order, x) in enumerate(pattern):
-        out.append(WorkerStep(W0, i, t, x, 0.0, phase, order=order))
-        t += x
-    return out
-
-
-def block(phase, order, x):
-    return [(phase, order, x)] * 4
-
-
-def decided(h: "Harness", pending: list) -> None:
-    """Hands ``pending`` to the next poll and dispatches the check's steps, and the one
-    after the last, which decides."""
-    h.pending = pending
-    for _ in range(h.runner.plan.total_steps + 1):
-        h.runner.step_dispatched()
+            "tac": planner.parts_for("tac", g, {"l0": 0.01, "l1": 0.5, "l2": 0.02}, served,
+                                     set(), link_rate=1e4, served_bytes={})}
 
 
 class Harness:
-    """A CheckRunner wired to an in-process gate as the controller wires it, with
-    records that the next poll hands it."""
+    """A CheckRunner wired to an in-process gate as the controller wires it. Its clock
+    is the steps' own: each dispatched step takes the step time of the order the gate
+    runs (``times``: algorithm, None for TensorFlow's -> seconds, each step x a factor
+    from ``jitter``), and is recorded as the PS records it, for the next poll."""
 
     def __init__(self, gate: Gate, plan=CheckPlan(ROUNDS, BLOCK), recheck_every: int = 0,
-                 installs: bool = True) -> None:
-        self.gate, self.pending = gate, []
+                 installs: bool = True, times=None, jitter: float = 0.0) -> None:
+        import random
+        self.gate, self.pending, self.t, self.index = gate, [], 0.0, 0
+        self.times = dict(times or {"tic": 1.0, "tac": 1.0, None: 1.0})
+        self.rng, self.jitter = random.Random(0), jitter
         self.joins, self.pauses, self.lines, self.results = 0, [], [], []
         self.runner = CheckRunner(
             plan, recheck_every, installs, self.join, algorithm=lambda: "tic",
@@ -67,7 +54,7 @@ class Harness:
                                                              only=only),
             clear=lambda: clear_everywhere([PS]), poll=self.poll,
             mark_pause=lambda a, b: self.pauses.append((a, b)), say=self.lines.append,
-            on_result=self.results.append)
+            on_result=self.results.append, clock=lambda: self.t)
 
     def join(self) -> None:
         self.joins += 1
@@ -75,6 +62,17 @@ class Harness:
     def poll(self) -> None:
         self.runner.recorded(self.pending)
         self.pending = []
+
+    def step(self, n: int = 1) -> None:
+        """Dispatches ``n`` steps; each runs in the order the gate enforces then."""
+        for _ in range(n):
+            self.runner.step_dispatched()
+            order = self.running()
+            x = self.times[order] * (1 + self.jitter * self.rng.uniform(-1, 1))
+            self.pending.append(WorkerStep(W0, self.index, self.t + 1e-6, x, 0.0,
+                                           SCHEDULED if order else CHECK, order=order))
+            self.index += 1
+            self.t += x
 
     def switch(self, algorithm: str = "tic") -> None:
         """What Controller.switch does: candidates, the install, the check's start."""
@@ -88,6 +86,14 @@ class Harness:
         """The algorithm of the order the gate enforces now (None: TensorFlow's)."""
         return self.gate.summary()["algorithm"]
 
+    def until_decided(self, limit: int = 10_000) -> None:
+        before = len(self.results)
+        for _ in range(limit):
+            if len(self.results) > before:
+                return
+            self.step()
+        raise AssertionError("no decision")
+
 
 @pytest.fixture
 def gate():
@@ -96,92 +102,116 @@ def gate():
         yield g
 
 
-def test_the_blocks_alternate_each_candidate_and_tensorflow_order(gate):
+def test_the_rounds_run_abba_blocks_of_each_candidate_and_tensorflow_order(gate):
     h = Harness(gate)
     h.switch()
     plan = h.runner.plan
-    assert plan.candidates == ("tic", "tac") and plan.total_steps == 2 * ROUNDS * 2 * BLOCK
+    assert plan.candidates == ("tic", "tac") and plan.rule().max_rounds == ROUNDS
     ran = []
-    for n in range(plan.total_steps):
-        h.runner.step_dispatched()
+    for n in range(2 * 4 * BLOCK):  # two rounds, no look yet (looks from round 3)
+        h.step()
         ran.append(h.running())
-    assert ran == [plan.block(n) for n in range(plan.total_steps)]
-    assert ran[:2 * BLOCK] == ["tic"] * BLOCK + [None] * BLOCK
-    assert ran[2 * BLOCK:4 * BLOCK] == ["tac"] * BLOCK + [None] * BLOCK
-    # One hold per block change (the first block is the switch's order): each joins
-    # the dispatched steps first and marks the idle time to the install as a pause.
-    changes = sum(a != b for a, b in zip(["tic"] + ran, ran))
-    assert h.runner.holds == h.joins == len(h.pauses) == changes
-    assert inprocess.calls(PS)["install"] == 1 + ROUNDS * 2 - 1  # the first T is the switch's
-    assert inprocess.calls(PS)["clear"] == 2 * ROUNDS
+    assert ran == [plan.block(n) for n in range(len(ran))]
+    assert ran[:4 * BLOCK] == ["tic"] * BLOCK + [None] * BLOCK + ["tac"] * BLOCK + [None] * BLOCK
+    assert ran[4 * BLOCK:] == [None] * BLOCK + ["tic"] * BLOCK + [None] * BLOCK + ["tac"] * BLOCK
+    # Every block closes on a wait for its steps and opens on its install: one
+    # window each, from the install in force to the end of its steps.
+    h.step()
+    assert len(h.runner.windows) == 8 and h.joins == 8
+    w = h.runner.windows
+    assert [(x.round, x.candidate, x.tictac) for x in w[:4]] == [
+        (0, "tic", True), (0, "tic", False), (0, "tac", True), (0, "tac", False)]
+    assert all(a.end <= b.start for a, b in zip(w, w[1:]))
+    # the switch's, TAC in round 0, TIC and TAC in round 1, TIC opening round 2
+    assert inprocess.calls(PS)["install"] == 1 + 1 + 2 + 1
     assert h.runner.running and h.results == []
 
 
-def test_the_decision_keeps_the_faster_candidate_and_the_gate_runs_it(gate):
-    h = Harness(gate)
+def test_the_decision_keeps_the_candidate_shown_faster_and_the_gate_runs_it(gate):
+    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 1.5, "tac": 1.0, None: 2.0},
+                jitter=0.01)
     h.switch()
-    # TIC 1.5 s, TAC 1.0 s, TensorFlow's 2.0 s per step; the profiled steps are ignored.
-    decided(h, records(block(PROFILING, None, 9.0)
-                       + (block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
-                          + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2))
-    assert len(h.results) == 1 and h.runner.check_result is h.results[0]
+    h.until_decided()
     result = h.results[0]
     assert result.decision == order_check.TICTAC and result.chosen == "tac"
-    assert result.kept == "tac"
-    assert result.spread.pairs == ROUNDS  # TAC's: one pair per round
+    assert result.kept == "tac" and result.rounds == 3  # decided at the first look
     assert h.runner.kept_order == "tac" and h.running() == "tac"
     assert not h.runner.running
-    assert h.lines[-1].startswith("order check: TAC order +100.0 % throughput vs "
-                                  "TensorFlow's (median of 2 block pairs")
-    assert h.lines[-1].endswith("; TIC +33.3 %): kept")
+    gain, low = result.gain("tac")
+    assert gain == pytest.approx(1.0, rel=0.05) and 0 < low < gain
+    assert h.lines[-1].startswith("order check: TAC kept: +")
+    assert "(at least +" in h.lines[-1] and "3 rounds; TIC +33" in h.lines[-1]
     # With the decision taken, later steps change nothing (recheck_every 0).
     installs = inprocess.calls(PS)["install"]
-    for _ in range(20):
-        h.runner.step_dispatched()
+    h.step(20)
     assert inprocess.calls(PS)["install"] == installs and h.running() == "tac"
 
 
-def test_slower_orders_are_cleared_and_no_pair_keeps_the_order_before(gate):
-    h = Harness(gate)
+def test_slower_orders_are_cleared_and_no_gain_is_claimed(gate):
+    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 3.0, "tac": 2.5, None: 2.0},
+                jitter=0.01)
     h.switch()
-    decided(h, records((block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
-                        + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2))
+    h.until_decided()
     assert h.results[-1].decision == order_check.DEFAULT
-    assert h.results[-1].kept == order_check.DEFAULT
+    assert h.results[-1].kept == order_check.DEFAULT and h.results[-1].rounds == 3
     assert h.runner.kept_order is None and h.running() is None
-    assert h.lines[-1].endswith("cleared, TensorFlow's order kept")
+    assert h.lines[-1].endswith("not shown faster, TensorFlow's order kept; no gain is claimed")
 
+
+def test_a_candidate_shown_not_worth_it_leaves_the_next_rounds(gate):
+    """TIC as fast as TensorFlow's order is dropped at the first look; TAC, 3 % faster,
+    is neither shown faster nor shown not worth it yet, and goes on alone."""
+    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 2.0, "tac": 1.94, None: 2.0},
+                jitter=0.01)
+    h.switch()
+    h.step(3 * 4 * BLOCK + 1)
+    assert h.results == []
+    assert "order check: TIC not 3% faster than TensorFlow's order (round 3): left out " \
+        "of the next rounds" in h.lines, h.lines
+    h.step(2 * BLOCK)
+    assert {w.candidate for w in h.runner.windows[-2:]} == {"tac"}
+    assert h.runner.windows[-1].round == 3
+
+
+def test_identical_orders_are_checked_once_and_named_by_both(gate):
     h = Harness(gate)
-    h.switch("tac")
-    for _ in range(h.runner.plan.total_steps + 1):  # no records at all: inconclusive
-        h.runner.step_dispatched()
-    assert h.results[-1].decision is None
-    assert h.results[-1].kept == "tac"  # in the summary: which order stays
-    assert h.results[-1].to_json()["kept"] == "tac"
-    assert h.runner.kept_order == "tac" and h.running() == "tac"
-    assert "inconclusive" in h.lines[-1] and h.lines[-1].endswith("TAC order kept")
+    c = candidates()
+    c["tac"] = c["tic"]
+    h.runner.switched("tac", c)
+    assert h.runner.plan.candidates == ("tac",) and h.runner.same_as == {"tic": "tac"}
+    h.runner.start()
+    assert "TIC gave the same order as TAC: checked once" in h.lines[-1]
+
+
+def test_an_order_with_nothing_to_order_is_not_checked(gate):
+    h = Harness(gate)
+    one = Graph([Op("p0", "recv", channel="ps:0", bytes=100), Op("l0", "compute", ("p0",))])
+    parts = planner.parts_for("tic", {"worker": one}, None, {"p0"}, set())
+    h.runner.switched("tic", {"tic": parts})
+    h.runner.start()
+    assert h.runner.plan.candidates == () and not h.runner.running
+    assert h.lines == ["TIC order not checked: fewer than two transfers to order"]
+    h.step(10)
+    assert h.results == []
 
 
 def test_the_check_runs_again_after_recheck_every_steps(gate):
     h = Harness(gate, plan=CheckPlan(1, BLOCK), recheck_every=5)
     h.switch()
-    first = h.runner.plan.total_steps + 1
-    for _ in range(first):
-        h.runner.step_dispatched()
+    h.until_decided()
     assert len(h.results) == 1 and not h.runner.running
-    for _ in range(4):
-        h.runner.step_dispatched()
+    assert h.results[0].decision == order_check.DEFAULT  # one round bounds nothing
+    h.step(4)
     assert not h.runner.running
-    h.runner.step_dispatched()  # the 5th step after the decision starts the check again
-    assert h.runner.running and h.lines[-1] == "re-checking after 5 steps"
-    assert h.running() == h.runner.plan.block(0)
+    h.step()  # the 5th step after the decision starts the check again
+    assert h.runner.running and "re-checking after 5 steps" in h.lines
 
 
 def test_check_again_measures_the_kept_order_alone_in_fresh_blocks(gate):
-    h = Harness(gate)
+    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 1.5, "tac": 1.0, None: 2.0},
+                jitter=0.01)
     h.switch()
-    decided(h, records((block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
-                        + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2))
+    h.until_decided()
     assert h.runner.kept_order == "tac"
     with pytest.raises(ValueError, match="the switch computed"):
         h.runner.check_again(("no-such",), 1)
@@ -189,14 +219,8 @@ def test_check_again_measures_the_kept_order_alone_in_fresh_blocks(gate):
     assert h.runner.running and h.runner.plan == CheckPlan(3, BLOCK, ("tac",))
     with pytest.raises(RuntimeError, match="an order check is running"):
         h.runner.check_again(("tac",), 1)
-    ran = []
-    for _ in range(h.runner.plan.total_steps):
-        h.runner.step_dispatched()
-        ran.append(h.running())
-    assert ran == (["tac"] * BLOCK + [None] * BLOCK) * 3  # TIC is not measured again
-    # only the records of the new blocks count: TAC now 2.2 s against 2.0 s
-    h.pending = records((block(SCHEDULED, "tac", 2.2) + block(CHECK, None, 2.0)) * 3)
-    h.runner.step_dispatched()
+    h.times["tac"] = 2.2  # only the new blocks count: TAC now slower
+    h.until_decided()
     second = h.results[-1]
     assert len(h.results) == 2 and set(second.candidates) == {"tac"}
     assert second.candidates["tac"].pairs == 3
@@ -217,11 +241,12 @@ def test_suspended_the_gate_runs_tensorflow_order_and_resuming_reinstalls(gate):
 
 def test_records_are_kept_only_while_a_check_runs_and_without_profiling(gate):
     h = Harness(gate)
-    h.runner.recorded(records(block(SCHEDULED, "tic", 1.0)))
+    rec = lambda phase: WorkerStep(W0, 0, 0.0, 1.0, 0.0, phase)  # noqa: E731
+    h.runner.recorded([rec(SCHEDULED)])
     assert h.runner._after_switch == []  # no check running
     h.switch()
-    h.runner.recorded(records(block(PROFILING, None, 1.0) + block(SCHEDULED, "tic", 1.0)))
-    assert [r.phase for r in h.runner._after_switch] == [SCHEDULED] * 4
+    h.runner.recorded([rec(PROFILING), rec(SCHEDULED)])
+    assert [r.phase for r in h.runner._after_switch] == [SCHEDULED]
 
 
 def test_a_failed_switch_clears_what_was_installed_and_stops_the_check(gate):
@@ -231,39 +256,35 @@ def test_a_failed_switch_clears_what_was_installed_and_stops_the_check(gate):
     h.runner.abandon()
     assert h.running() is None and h.runner.installed is None
     assert h.runner.plan is None and h.runner.candidates == {}
-    h.runner.step_dispatched()
+    h.step()
     assert h.results == [] and h.running() is None
 
 
-def test_finish_inside_the_check_decides_on_what_ran(gate):
-    h = Harness(gate)
+def test_finish_inside_the_check_decides_on_the_rounds_that_ran(gate):
+    h = Harness(gate, times={"tic": 1.0, "tac": 1.0, None: 2.0})
     h.switch()
     h.runner.finish()  # not one step of the check ran: nothing to decide
     assert h.results == []
-    h.pending = records(block(SCHEDULED, "tic", 1.0) + block(CHECK, None, 2.0))
-    for _ in range(2 * BLOCK):
-        h.runner.step_dispatched()
-    h.runner.finish()
-    assert h.results[-1].decision == order_check.TICTAC and h.running() == "tic"
+    h.step(2 * BLOCK)
+    h.runner.finish()  # one round of TIC: too few to bound a gain
+    assert h.results[-1].decision == order_check.DEFAULT and h.running() is None
+    assert "no gain is claimed" in h.lines[-1]
 
 
 def test_a_process_that_does_not_install_never_touches_the_gate(gate):
     h = Harness(gate, installs=False)
     h.runner.switched("tic", candidates())
     h.runner.start()
-    for _ in range(h.runner.plan.total_steps + 1):
-        h.runner.step_dispatched()
+    h.until_decided()
     assert inprocess.calls(PS)["install"] == 0 and inprocess.calls(PS)["clear"] == 0
-    # The blocks hold nobody's loop; only the decision waits for the dispatched steps
-    # (it reads what they recorded).
-    assert h.joins == 1 and h.runner.holds == (2 * 2 * ROUNDS - 1) + 1  # changes, decision
+    assert h.joins == 0  # nobody's loop is held
 
 
 def test_blocks_dispatch_block_steps_for_each_worker(gate):
     """Under ParameterServerStrategy the loop's steps are spread over the workers: a
     block dispatches block_steps x workers of them, and the check comes again after
     recheck_every x workers."""
-    h = Harness(gate, recheck_every=5)
+    h = Harness(gate, recheck_every=5, plan=CheckPlan(1, BLOCK))
     c = candidates()
     h.runner.switched("tic", c, workers=3)
     assert h.runner.plan.workers == 3
@@ -271,17 +292,16 @@ def test_blocks_dispatch_block_steps_for_each_worker(gate):
     h.runner.start()
     seen = []
     for _ in range(2 * 3 * BLOCK):
-        h.runner.step_dispatched()
+        h.step()
         seen.append(h.runner.want)
     assert seen[:3 * BLOCK] == ["tic"] * (3 * BLOCK)
-    assert seen[3 * BLOCK:] == [None] * (3 * BLOCK)
-    for _ in range(h.runner.plan.total_steps - len(seen) + 1):  # the decision
-        h.runner.step_dispatched()
+    assert seen[3 * BLOCK:6 * BLOCK] == [None] * (3 * BLOCK)
+    h.until_decided()
     assert not h.runner.running
     for i in range(3 * 5):
         assert not h.runner.running, i
-        h.runner.step_dispatched()
-    assert h.runner.running and h.lines[-1] == "re-checking after 15 steps"
+        h.step()
+    assert h.runner.running and "re-checking after 15 steps" in h.lines
 
 
 def test_a_restarted_ps_gets_the_order_it_should_run_again_in_one_line():
@@ -306,3 +326,26 @@ def test_a_restarted_ps_gets_the_order_it_should_run_again_in_one_line():
         h.runner._apply()
         h.runner.restarted([PS])
         assert h.running() is None and "runs TensorFlow's order" in h.lines[2]
+
+
+def test_a_gate_error_inside_the_check_ends_the_check_not_training(gate):
+    """A PS that stops answering mid-check (restarting, gone): the install of the next
+    block raises; the check ends with TensorFlow's order and one line, and later
+    steps go on without touching the check."""
+    from tictac_hooks.enforce.api import GateError
+    h = Harness(gate)
+    h.switch()
+    h.step(BLOCK)  # the first block (the switch's order)
+    calls = {"n": 0}
+
+    def failing(*a, **k):
+        calls["n"] += 1
+        raise GateError("PS 127.0.0.1:61301 unreachable")
+    h.runner._clear = failing
+    h.step()  # the D block's clear fails
+    assert not h.runner.running and h.runner.kept_order is None
+    assert h.results[-1].decision == order_check.DEFAULT
+    assert "the check stopped: GateError: PS 127.0.0.1:61301 unreachable" in h.lines[-1]
+    assert h.lines[-1].endswith("training goes on")
+    h.step(20)
+    assert len(h.results) == 1

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -95,7 +96,7 @@ def test_graph_frontend_names_a_bad_model_and_refuses_sharding(tmp_path, capsys)
     (["--mode", "inference"], "--mode inference"),
     (["--bandwidth", "auto:2"], "one link rate"),
     (["--bandwidth", "1gbit,2gbit"], "one link rate"),
-    (["--schedules", "tic,layer"], "distinct names from declared,first-use,random,tic,tac"),
+    (["--schedules", "tic,layer"], "distinct names from declared,first-use,random,tf-again,tic,tac"),
     (["--check-block-steps", "2"], "--check-block-steps must be in 3..1000"),
     (["--backend", "proxy"], "leave out --backend proxy"),
 ])
@@ -260,23 +261,18 @@ def test_order_results_per_worker():
     from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
     w0 = "/job:worker/replica:0/task:0/device:CPU:0"
     w1 = "/job:worker/replica:0/task:1/device:CPU:0"
-    records, clock = [], {w0: 0.0, w1: 0.0}
-
-    def block(worker, phase, order, times):
-        for t in [9.0] + times:  # the first step of a run straddles the change
-            n = len([r for r in records if r.worker == worker])
-            records.append(WorkerStep(worker, n, clock[worker], t, 0.0, phase,
-                                      order=order))
-            clock[worker] += t
-    for tic_t, tic_d, rnd_t, rnd_d in ((1.0, 1.2, 1.5, 1.2), (1.0, 1.1, 1.5, 1.2)):
-        block(w0, SCHEDULED, "tic", [tic_t] * 3)
-        block(w0, CHECK, None, [tic_d] * 3)
-        block(w0, SCHEDULED, "random", [rnd_t] * 3)
-        block(w0, CHECK, None, [rnd_d] * 3)
-    block(w1, SCHEDULED, "tic", [2.0] * 3)
-    block(w1, CHECK, None, [2.0] * 3)
+    from check_blocks import build
+    blocks = []
+    for r, (tic_t, tic_d, rnd_t, rnd_d) in enumerate(((1.0, 1.2, 1.5, 1.2),
+                                                      (1.0, 1.1, 1.5, 1.2))):
+        w1_times = (lambda x: {w1: [x] * 3}) if r == 0 else (lambda x: {})
+        blocks += [(r, "tic", True, {w0: [tic_t] * 3, **w1_times(2.0)}),
+                   (r, "tic", False, {w0: [tic_d] * 3, **w1_times(2.0)}),
+                   (r, "random", True, {w0: [rnd_t] * 3}),
+                   (r, "random", False, {w0: [rnd_d] * 3})]
+    records, windows = build(blocks)
     check = order_check.decide(records, order_check.CheckPlan(2, 4, ("tic", "random")),
-                               "tic").to_json()
+                               windows).to_json()
     out = fit_report.order_results(check, {"declared": "a recv without its position"})
     tic = out["tic"]["workers"]["worker:0"]
     assert tic["median_step_time_s"] == 1.0 and tic["pairs"] == 2
@@ -285,7 +281,8 @@ def test_order_results_per_worker():
     assert tic["ratio_min"] == pytest.approx(1.1) and tic["ratio_max"] == pytest.approx(1.2)
     assert out["random"]["workers"]["worker:0"]["ratio_median"] == pytest.approx(0.8)
     assert set(out["random"]["workers"]) == {"worker:0"}  # no random block on worker 1
-    assert out["tic"]["pairs"] == 3 and out["tic"]["ratio_median"] == pytest.approx(1.1)
+    # per round, every worker's steps pooled: 2.0/1.0 ... the pooled medians
+    assert out["tic"]["pairs"] == 2
     # TensorFlow's order: the median of every TensorFlow block of the worker
     assert out["default"]["workers"]["worker:0"] == {"median_step_time_s": 1.2, "blocks": 4}
     assert out["default"]["workers"]["worker:1"]["median_step_time_s"] == 2.0
@@ -308,30 +305,34 @@ def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
     w0 = "/job:worker/replica:0/task:0/device:CPU:0"
 
+    from check_blocks import build
+
     def result(pattern, candidates):
-        records, clock = [], 0.0
-        for phase, order, t in pattern:
-            for x in [9.0] + [t] * 3:
-                records.append(WorkerStep(w0, len(records), clock, x, 0.0, phase,
-                                          order=order))
-                clock += x
-        return order_check.decide(records, order_check.CheckPlan(2, 4, candidates),
-                                  candidates[0])
+        """pattern: (phase, order, step time) per block, a round per candidate pair."""
+        blocks, names = [], list(candidates)
+        for i, (phase, order, t) in enumerate(pattern):
+            name = order if phase == SCHEDULED else pattern[i - 1][1]
+            blocks.append((i // (2 * len(names)), name, phase == SCHEDULED, {w0: [t] * 3}))
+        records, windows = build(blocks)
+        rounds = max(b[0] for b in blocks) + 1
+        return order_check.decide(records, order_check.CheckPlan(rounds, 4, candidates),
+                                  windows)
     first = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.2)] * 2, ("tic",))
-    held_out = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.1),
-                       (SCHEDULED, "tic", 1.0), (CHECK, None, 1.3)], ("tic",))
-    w = fit_report.with_check(first, held_out, 2)
+    held_out = result([(SCHEDULED, "tic", 1.0), (CHECK, None, 1.18),
+                       (SCHEDULED, "tic", 1.0), (CHECK, None, 1.22),
+                       (SCHEDULED, "tic", 1.0), (CHECK, None, 1.2)], ("tic",))
+    w = fit_report.with_check(first, held_out, 3)
     assert (w["decision"], w["kept"], w["kept_after"], w["pairs"]) == ("tictac", "tic",
-                                                                         "tic", 2)
+                                                                         "tic", 3)
     assert w["ratio_median"] == pytest.approx(1.2)
-    assert (w["ratio_min"], w["ratio_max"]) == (pytest.approx(1.1), pytest.approx(1.3))
-    assert w["workers"]["worker:0"]["pairs"] == 2
+    assert (w["ratio_min"], w["ratio_max"]) == (pytest.approx(1.18), pytest.approx(1.22))
+    assert w["workers"]["worker:0"]["pairs"] == 3
     # the check's TIC blocks: 2 rounds x 4 steps at 1 / 1.2 of a TensorFlow-order step
     assert w["check_cost_steps"] == pytest.approx(8 * (1 / 1.2 - 1))
     line = fit_report.with_check_line(w)
-    assert line == ("with the order check: TicTac's check keeps TIC; held out, 2 fresh "
+    assert line == ("with the order check: TicTac's check keeps TIC; held out, 3 fresh "
                     "block pairs: "
-                    "ratio 1.200 (1.100..1.300) vs TensorFlow's order; TIC kept; the "
+                    "ratio 1.200 (1.180..1.220) vs TensorFlow's order; TIC kept; the "
                     "check's TIC/TAC blocks cost -1.3 TensorFlow-order steps")
     slower = result([(SCHEDULED, "tic", 1.3), (CHECK, None, 1.0)] * 2, ("tic",))
     w = fit_report.with_check(first, slower, 2)
@@ -415,7 +416,8 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     from tictac_hooks.enforce import inprocess
     from tictac_hooks.enforce.gate import Gate
     rounds, block = 2, 3
-    extra = {label: label for label in fit_report.BASELINES}
+    extra = {label: label for label in fit_report.BASELINES
+             if label != order_check.TF_AGAIN}  # (its blocks clear the gate: A/A)
     extra["nonsense"] = "no-such-order"
     graph = _dag()
     settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
@@ -437,9 +439,12 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
         workers.close()
     off = cb.controller.check_off
     assert "no-such-order" in off["nonsense"] and "tac" in off  # no compute times
-    measured = ["tic"] + [label for label in extra if label not in off]
-    assert {"tic", "first-use", "random"} <= set(measured)
+    same = cb.controller.runner.same_as  # orders identical to another's: checked once
+    measured = ["tic"] + [label for label in extra if label not in off and label not in same]
+    assert {"tic", "random"} <= set(measured) and set(same) <= {"declared", "first-use"}
     plan = order_check.CheckPlan(rounds, block, tuple(measured))
+    assert cb.controller.runner.plan == dataclasses.replace(plan, workers=
+                                                             cb.controller.runner.plan.workers)
     during = ran[PROFILE_STEPS:PROFILE_STEPS + plan.total_steps + 1]
     assert during == ["tic"] + [plan.block(n) for n in range(plan.total_steps)], ran
     check = summary["check"]
@@ -447,9 +452,13 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     assert all(c["pairs"] == rounds for c in check["candidates"].values())
     per_worker = cb.controller.check_results[-1].candidate_workers
     assert set(per_worker) == set(measured)
-    results = fit_report.order_results(cb.controller.check_results[-1].to_json(), off)
-    assert set(results) == set(measured) | set(off) | {"default"}
-    assert results["first-use"]["workers"]["worker:0"]["pairs"] == rounds
+    results = fit_report.order_results(cb.controller.check_results[-1].to_json()
+                                       | {"same_as": dict(same)}, off)
+    assert set(results) == set(measured) | set(off) | set(same) | {"default"}
+    assert results["random"]["workers"]["worker:0"]["pairs"] == rounds
+    for alias, order in same.items():
+        assert results[alias]["same_as"] == order
+        assert results[alias]["workers"] == results[order]["workers"]
 
 
 def test_parameters_group_the_shards_of_a_variable():

@@ -61,7 +61,7 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     quiet(out.stderr)
     for line in ("[cluster] loopback", f"[tictac] profiling {n} steps", "TIC order of",
-                 "[tictac] installed on 1 of 1 PS", "[tictac] checking TIC and TAC",
+                 "[tictac] installed on 1 of 1 PS", "[tictac] checking TIC",
                  "[tictac] order check: T", "same run, interleaved blocks", "TensorBoard:"):
         assert line in out.stdout, (line, out.stdout)
     summary = json.loads((tmp_path / "s.json").read_text())
@@ -73,7 +73,8 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
     assert len(summary["workers"]) == 2
     check = summary["check"]
     assert check["decision"] in ("tictac", "default") and check["pairs"] >= 2, check
-    assert set(check["candidates"]) == {"tic", "tac"}, check
+    # TAC's order where it differs from TIC's; else one check under both names
+    assert set(check["candidates"]) | set(check.get("same_as", {})) == {"tic", "tac"}, check
     assert check["ratio_min"] <= check["ratio_median"] <= check["ratio_max"]
     for worker, s in summary["workers"].items():
         # Every step is counted once: in a phase's median, or excluded with a reason.
@@ -574,4 +575,4 @@ def test_six_workers_on_three_ps_are_ordered_recorded_and_checked(tmp_path):
     assert len(workers) == 6, summary["workers"]
     assert check["decision"] in ("tictac", "default") and check["kept"], check
     assert set(check["candidate_workers"][check["algorithm"]]) == set(workers), check
-    assert "block pairs of 10 steps per worker (60 dispatched over 6 workers)" in out.stdout
+    assert "rounds of 10 steps per worker in each order (60 dispatched over 6 workers)" in out.stdout

@@ -1,124 +1,155 @@
-"""The order check (callbacks/order_check.py): blocks, pairing and the decision rule,
-on step records as the PS labels them; no cluster."""
+"""The order check (callbacks/order_check.py): ABBA rounds, clean blocks (windows and
+the PS's labels), per-round values and the sequential rule's decision, on step records
+as the PS labels them; no cluster. The rule's own statistics: tests/run/."""
+
+import math
 
 import pytest
 
 from tictac_hooks.callbacks import order_check
-from tictac_hooks.callbacks.order_check import CheckPlan, decide, paired_ratios, run_medians
+from tictac_hooks.callbacks.order_check import CheckPlan, Window, decide, round_values
 from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
 
 W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
 
 
-def steps(worker, pattern, t0=0.0):
-    """pattern: [(phase, [step times])]; consecutive records of one worker."""
-    out, t, i = [], t0, 0
-    for phase, times in pattern:
-        for x in times:
-            out.append(WorkerStep(worker=worker, step=i, start=t, step_time=x,
-                                  transfer_span=0.0, phase=phase))
-            t += x
-            i += 1
-    return out
+def run_blocks(plan, times, workers=(W0,), steps=4, rounds=None, jitter=0.0, seed=0):
+    """Records and windows of ``rounds`` rounds of ``plan`` (default: all): each block
+    one window of ``steps`` steps per worker, back to back, labelled as the PS labels
+    them; ``times``: candidate (None: TensorFlow's order) -> step time, each block's
+    scaled by a factor drawn from 1 +- ``jitter`` (the machine's state per block)."""
+    import random
+    rng = random.Random(seed)
+    recs, windows, t = [], [], 0.0
+    index = {w: 0 for w in workers}
+    for r in range(plan.rounds if rounds is None else rounds):
+        blocks = plan.round_blocks(r, plan.names)
+        for i, c in enumerate(blocks):
+            scale = 1 + jitter * rng.uniform(-1, 1)
+            name = c if c is not None else blocks[i ^ 1]
+            start = t
+            for k in range(steps):
+                for w in workers:
+                    x = times[c] * scale
+                    recs.append(WorkerStep(w, index[w], t + 1e-6, x, 0.0,
+                                           SCHEDULED if c else CHECK, order=c))
+                    index[w] += 1
+                t += times[c] * scale
+            windows.append(Window(r, name, c is not None, start, t))
+            t += 0.5  # the install between blocks
+    return recs, windows
 
 
-def test_plan_alternates_tictac_and_default_blocks_and_checks_its_arguments():
-    plan = CheckPlan(rounds=2, block_steps=3)
-    assert plan.total_steps == 12
-    assert [plan.scheduled_block(n) for n in range(12)] == [True] * 3 + [False] * 3 + [True] * 3 + [False] * 3
+def test_plan_runs_abba_rounds_and_checks_its_arguments():
+    plan = CheckPlan(rounds=3, block_steps=3)
+    assert plan.total_steps == 18
+    assert [plan.scheduled_block(n) for n in range(18)] == \
+        [True] * 3 + [False] * 6 + [True] * 6 + [False] * 3
+    two = CheckPlan(rounds=2, block_steps=3, candidates=("tic", "tac"))
+    assert [two.block(3 * i) for i in range(8)] == ["tic", None, "tac", None,
+                                                     None, "tic", None, "tac"]
     for bad in (dict(rounds=-1, block_steps=3), dict(rounds=1, block_steps=1),
                 dict(rounds=1.5, block_steps=3), dict(rounds=True, block_steps=3)):
         with pytest.raises(ValueError, match="check"):
             CheckPlan(**bad)
     assert CheckPlan(rounds=0, block_steps=0).total_steps == 0
+    assert CheckPlan(8, 10).rule().min_rounds == 3 and CheckPlan(2, 10).rule().min_rounds == 2
 
 
 def test_a_block_needs_three_steps_because_its_first_and_last_are_not_measured():
-    """A block's first step straddles the order change; its last holds the next block's
-    install, a pause, so the step log gives it no step time. Two-step blocks would
-    measure nothing (the check could only ever be inconclusive), so they are refused
-    by the plan and by every frontend's settings, with the reason."""
     with pytest.raises(ValueError, match=r"block_steps must be >= 3 .*straddles"):
         CheckPlan(rounds=1, block_steps=2)
     from tictac_hooks.callbacks.settings import Settings
     with pytest.raises(ValueError, match="check_block_steps"):
         Settings.resolve(check_block_steps=2)
-    # What the PS and the step log make of 3-step blocks: per block one measured step.
-    def block(phase, x, order=None):
-        return [(phase, x, 0.0, order), (phase, x, 0.0, order), (phase, None, 0.01, order)]
-    pattern = (block(SCHEDULED, 1.0, "tic") + block(CHECK, 2.0)) * 2
-    recs, t = [], 0.0
-    for i, (phase, x, paused, order) in enumerate(pattern):
-        recs.append(WorkerStep(W0, i, t, x, 0.0, phase, paused_s=paused, order=order))
-        t += x or 1.0
-    r = decide(recs, CheckPlan(2, 3), "tic")
-    assert r.decision == order_check.TICTAC and r.spread.pairs == 2
-    # The same records cut to two-step blocks (the straddling step and the paused one)
-    # leave no measured step, hence no pair.
-    two = [rec for rec in recs if rec.step % 3 != 1]
-    assert decide(two, CheckPlan(2, 3), "tic").decision is None
 
 
-def test_each_run_drops_its_straddling_first_step_and_pairs_default_with_the_tictac_before():
-    recs = steps(W0, [(PROFILING, [9.0, 9.0]),            # before the switch: ignored
-                      (SCHEDULED, [5.0, 1.0, 1.0, 1.2]),  # 5.0 straddles the switch
-                      (CHECK, [7.0, 2.0, 2.0, 2.2]),
-                      (SCHEDULED, [3.0, 1.1, 1.1]),
-                      (CHECK, [0.1, 2.2, 2.2])])
-    medians = run_medians(recs)[W0]
-    assert [(p, round(m, 3)) for p, m, _ in medians] == [
-        (SCHEDULED, 1.0), (CHECK, 2.0), (SCHEDULED, 1.1), (CHECK, 2.2)]
-    assert paired_ratios({W0: medians})[W0] == pytest.approx([2.0, 2.0])
+def test_a_block_holds_only_its_window_and_its_label_and_drops_each_first_step():
+    """Clean blocks: a step outside the window (profiling, the switch), one the PS
+    labelled with another order (it began before the install), a paused one and each
+    worker's first in the window are not the block's."""
+    w = Window(0, "tic", True, 10.0, 20.0)
+    good = [WorkerStep(W0, i, 10.0 + i, 1.0, 0.0, SCHEDULED, order="tic") for i in range(4)]
+    odd = [WorkerStep(W0, 9, 9.0, 7.0, 0.0, PROFILING),                  # before
+           WorkerStep(W0, 10, 15.5, 7.0, 0.0, CHECK),                      # TF's order
+           WorkerStep(W0, 11, 16.0, 7.0, 0.0, SCHEDULED, order="tac"),     # other order
+           WorkerStep(W0, 12, 17.0, 7.0, 0.0, SCHEDULED, paused_s=0.1, order="tic"),
+           WorkerStep(W0, 13, 20.0, 7.0, 0.0, SCHEDULED, order="tic")]     # after
+    (steps,) = order_check.block_steps_of(good + odd, [w])
+    assert [r.step for r in steps[W0]] == [1, 2, 3]
+    d = Window(0, "tic", False, 10.0, 20.0)
+    (steps,) = order_check.block_steps_of(good + odd, [d])
+    assert steps[W0] == []  # the one TF-order step is the worker's first in the window
 
 
-def test_decision_keeps_tictac_when_the_median_pair_is_not_slower_and_clears_otherwise():
-    plan = CheckPlan(rounds=2, block_steps=4)
-    faster = steps(W0, [(SCHEDULED, [1, 1, 1, 1]), (CHECK, [2, 2, 2, 2])] * 2) + \
-        steps(W1, [(SCHEDULED, [1, 1, 1, 1]), (CHECK, [1.5, 1.5, 1.5, 1.5])] * 2)
-    r = decide(faster, plan, "tic")
-    assert r.decision == order_check.TICTAC and r.spread.pairs == 4
-    assert r.spread.low == pytest.approx(1.5) and r.spread.high == pytest.approx(2.0)
-    assert r.workers[W0].tictac_median_step_time == pytest.approx(1.0)
-    assert r.workers[W0].default_median_step_time == pytest.approx(2.0)
-    slower = steps(W0, [(SCHEDULED, [2, 2, 2, 2]), (CHECK, [1, 1, 1, 1])] * 2)
-    assert decide(slower, plan, "tac").decision == order_check.DEFAULT
-    # Paused steps and steps without a time are not in any median.
-    odd = [WorkerStep(W0, 0, 0.0, None, 0.0, SCHEDULED)] + steps(W0, [(SCHEDULED, [3])], 1)
-    assert run_medians(odd)[W0] == [] or all(m > 0 for _, m, _ in run_medians(odd)[W0])
+def test_one_value_per_round_pools_the_workers():
+    plan = CheckPlan(rounds=3, block_steps=4)
+    recs, windows = run_blocks(plan, {"tictac": 1.0, None: 1.25}, workers=(W0, W1))
+    values = round_values(recs, windows)
+    assert values == {"tictac": pytest.approx([math.log(1.25)] * 3)}
+    # W1 slower in TF's order only: the pooled median per block, not per worker pairs.
+    recs = [r if not (r.worker == W1 and r.phase == CHECK) else
+            WorkerStep(r.worker, r.step, r.start, 2.0, 0.0, CHECK) for r in recs]
+    assert len(round_values(recs, windows)["tictac"]) == 3
 
 
-def test_no_pair_means_no_decision_and_says_why():
-    r = decide(steps(W0, [(SCHEDULED, [1, 1, 1])]), CheckPlan(1, 3), "tic")
-    assert r.decision is None and "no (TicTac, TensorFlow) block pair" in r.reason
-    assert r.spread.pairs == 0
-
-
-def test_with_two_candidates_the_faster_is_kept_and_the_blocks_rotate():
-    plan = CheckPlan(rounds=2, block_steps=3, candidates=("tic", "tac"))
-    assert plan.total_steps == 24
-    assert [plan.block(n) for n in range(24)] == (["tic"] * 3 + [None] * 3 + ["tac"] * 3
-                                                 + [None] * 3) * 2
-
-    def labelled(worker, pattern):
-        out, t = [], 0.0
-        for i, (phase, order, x) in enumerate(pattern):
-            out.append(WorkerStep(worker, i, t, x, 0.0, phase, order=order))
-            t += x
-        return out
-    block = lambda phase, order, x: [(phase, order, x)] * 4  # noqa: E731
-    # TIC 1.5 s, TAC 1.0 s, TensorFlow's 2.0 s per step: TAC gains most.
-    recs = labelled(W0, (block(SCHEDULED, "tic", 1.5) + block(CHECK, None, 2.0)
-                         + block(SCHEDULED, "tac", 1.0) + block(CHECK, None, 2.0)) * 2)
-    r = decide(recs, plan, "tic")
-    assert r.decision == order_check.TICTAC and r.chosen == "tac"
-    assert r.candidates["tic"].median == pytest.approx(2.0 / 1.5)
-    assert r.candidates["tac"].median == pytest.approx(2.0)
-    assert r.algorithm == "tac" and r.spread.pairs == 2
-    # Both slower than TensorFlow's order: cleared.
-    slow = labelled(W0, (block(SCHEDULED, "tic", 3.0) + block(CHECK, None, 2.0)
-                         + block(SCHEDULED, "tac", 2.5) + block(CHECK, None, 2.0)) * 2)
-    r = decide(slow, plan, "tic")
+def test_a_steady_gain_is_kept_with_its_lower_bound_and_a_loss_is_dropped():
+    plan = CheckPlan(rounds=8, block_steps=4, candidates=("tic",))
+    recs, windows = run_blocks(plan, {"tic": 1.0, None: 1.1}, rounds=3, jitter=0.01)
+    r = decide(recs, plan, windows, final=False)
+    assert r.decision == order_check.TICTAC and r.chosen == "tic" and r.rounds == 3
+    gain, low = r.gain("tic")
+    assert gain == pytest.approx(0.1, abs=0.02) and 0 < low < gain
+    assert r.bounds["tic"]["verdict"] == "keep" and len(r.values["tic"]) == 3
+    assert r.workers[W0].tictac_median_step_time < r.workers[W0].default_median_step_time
+    recs, windows = run_blocks(plan, {"tic": 1.1, None: 1.0}, rounds=3, jitter=0.01)
+    r = decide(recs, plan, windows, final=False)
     assert r.decision == order_check.DEFAULT and r.chosen is None
+    assert r.bounds["tic"]["verdict"] == "drop"
+
+
+def test_noise_without_a_gain_goes_on_then_keeps_tensorflow_order():
+    plan = CheckPlan(rounds=4, block_steps=4, candidates=("tic",))
+    recs, windows = run_blocks(plan, {"tic": 1.0, None: 1.0}, rounds=3, jitter=0.2)
+    # the blocks' machine state differs: the rounds disagree, the bounds straddle 0
+    values = round_values(recs, windows)["tic"]
+    assert min(values) < 0 < max(values)
+    r = decide(recs, plan, windows, final=False)
+    assert r.decision is None and "undecided" in r.reason
+    r = decide(recs, plan, windows, final=True)
+    assert r.decision == order_check.DEFAULT and r.chosen is None
+
+
+def test_with_two_candidates_the_one_shown_faster_is_kept():
+    plan = CheckPlan(rounds=8, block_steps=4, candidates=("tic", "tac"))
+    recs, windows = run_blocks(plan, {"tic": 1.5, "tac": 1.0, None: 2.0}, rounds=3,
+                               jitter=0.01)
+    r = decide(recs, plan, windows, final=False)
+    assert r.decision == order_check.TICTAC and r.chosen == "tac" and r.algorithm == "tac"
+    assert r.candidates["tac"].median == pytest.approx(2.0, rel=0.01)
+    assert r.candidates["tic"].median == pytest.approx(4 / 3, rel=0.01)
+    assert r.spread.pairs == 3
+    assert "/ 2" in r.rule  # alpha split over the two candidates
+    recs, windows = run_blocks(plan, {"tic": 3.0, "tac": 2.5, None: 2.0}, rounds=3,
+                               jitter=0.01)
+    r = decide(recs, plan, windows, final=False)
+    assert r.decision == order_check.DEFAULT and r.chosen is None
+
+
+def test_no_measured_round_means_no_decision_and_says_why():
+    plan = CheckPlan(rounds=3, block_steps=3)
+    r = decide([], plan, [Window(0, "tictac", True, 0.0, 1.0)])
+    assert r.decision is None and "no round measured" in r.reason
+    assert r.spread.pairs == 0 and r.gain() is None
+
+
+def test_the_result_round_trips_through_json():
+    from tictac_hooks.records import CheckResult
+    plan = CheckPlan(rounds=8, block_steps=4, candidates=("tic",))
+    recs, windows = run_blocks(plan, {"tic": 1.0, None: 1.1}, rounds=3, jitter=0.01)
+    r = decide(recs, plan, windows)
+    back = CheckResult.from_json(r.to_json())
+    assert back.values == r.values and back.bounds == r.bounds and back.gain() == r.gain()
 
 
 def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():
@@ -193,38 +224,17 @@ def test_the_controller_orders_by_declaration_or_first_use_as_the_bench_asks():
         assert graph["metric"].declared is None and graph["w1"].declared == 2
 
 
-def _dispatched_over(plan, workers, tictac_s=1.0, default_s=1.2):
-    """What the PSes record when the loop dispatches ``plan``'s steps and the
-    coordinator hands them to ``workers`` workers in turn: per worker, its steps in
-    the order they ran, each block's last step holding the next install (no time)."""
-    by_worker = {w: [] for w in range(workers)}
-    for n in range(plan.total_steps):
-        by_worker[n % workers].append(plan.block(n))
-    recs = []
-    for w, blocks in by_worker.items():
-        worker, t = f"/job:worker/replica:0/task:{w}", 0.0
-        for i, order in enumerate(blocks):
-            x = tictac_s if order else default_s
-            last_of_block = i + 1 == len(blocks) or blocks[i + 1] != order
-            recs.append(WorkerStep(worker, i, t, None if last_of_block else x, 0.0,
-                                   SCHEDULED if order else CHECK,
-                                   paused_s=0.01 if last_of_block else 0.0, order=order))
-            t += x
-    return recs
-
-
 def test_blocks_count_steps_per_worker_so_the_check_decides_at_64_workers():
     """Blocks of 10 steps per worker: 640 dispatched steps a block at 64 workers, and
-    every worker gives its pairs. The same 10 steps counted over all workers (the old
-    blocks) give each worker at most one step a block: no pair, no decision."""
+    every worker's steps are in every block."""
     plan = CheckPlan(rounds=3, block_steps=10, candidates=("tic",), workers=64)
     assert plan.block_dispatched == 640 and plan.total_steps == 3 * 2 * 640
-    r = decide(_dispatched_over(plan, 64), plan, "tic")
+    workers = tuple(f"/job:worker/replica:0/task:{w}" for w in range(64))
+    recs, windows = run_blocks(plan, {"tic": 1.0, None: 1.2}, workers=workers, steps=10,
+                               jitter=0.01)
+    r = decide(recs, plan, windows)
     assert r.decision == order_check.TICTAC and r.chosen == "tic"
     assert len(r.workers) == 64 and all(c.spread.pairs == 3 for c in r.workers.values())
-    assert r.spread.median == pytest.approx(1.2)
-    old = CheckPlan(rounds=3, block_steps=10, candidates=("tic",))
-    stuck = decide(_dispatched_over(old, 64), old, "tic")
-    assert stuck.decision is None and stuck.spread.pairs == 0
+    assert r.spread.median == pytest.approx(1.2, rel=0.01)
     with pytest.raises(ValueError, match="workers must be >= 1"):
         CheckPlan(rounds=1, block_steps=3, workers=0)

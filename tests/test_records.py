@@ -148,16 +148,24 @@ def test_the_python_gates_stats_are_gate_stats():
 
 
 def test_an_order_check_result_round_trips_in_the_summarys_json_shape():
-    from tictac_hooks.callbacks.order_check import CheckPlan, decide
+    from tictac_hooks.callbacks.order_check import CheckPlan, Window, decide
     from tictac_hooks.records import CHECK, SCHEDULED, CheckResult, WorkerStep
-    recs, t = [], 0.0
-    for i, (phase, x) in enumerate([(SCHEDULED, 1.0)] * 4 + [(CHECK, 2.0)] * 4):
-        recs.append(WorkerStep("/w:0", i, t, x, 0.0, phase, order="tic"))
-        t += x
-    result = decide(recs, CheckPlan(1, 4), "tic")
+    recs, windows, t, i = [], [], 0.0, 0
+    plan = CheckPlan(3, 4, ("tic",))
+    for r in range(3):
+        for c in plan.round_blocks(r, plan.names):
+            start = t
+            for _ in range(4):
+                x = 1.0 if c else 2.0
+                recs.append(WorkerStep("/w:0", i, t, x, 0.0, SCHEDULED if c else CHECK,
+                                       order=c))
+                t, i = t + x, i + 1
+            windows.append(Window(r, "tic", c is not None, start, t))
+    result = decide(recs, plan, windows)
     d = result.to_json()
     # The summary's keys, as examples/summary.py and users read them.
-    assert d["decision"] == "tictac" and d["chosen"] == "tic" and d["pairs"] == 1
+    assert d["decision"] == "tictac" and d["chosen"] == "tic" and d["pairs"] == 3
+    assert d["bounds"]["tic"]["verdict"] == "keep" and len(d["values"]["tic"]) == 3
     assert d["ratio_median"] == pytest.approx(2.0)
     assert d["workers"]["/w:0"]["default_median_step_time"] == pytest.approx(2.0)
     assert d["candidates"]["tic"]["ratio_min"] == pytest.approx(2.0)

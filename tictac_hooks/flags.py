@@ -28,7 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "skip_timeout": DEFAULT_SKIP_AFTER_S,  # the gate's skip bound: one default everywhere
     "stats_every": 1,
     "window_bytes": 1 << 20,
-    "check_rounds": 3,
+    "check_rounds": 8,
     "check_block_steps": 10,
     "recheck_every": 5000,
     "align": "auto",
@@ -69,10 +69,12 @@ flags.DEFINE_integer(
     "of it is answered while at most this many bytes are in flight.", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_rounds", DEFAULTS["check_rounds"],
-    "The order check after the switch: this many rounds of block pairs, a TicTac order "
-    "(TIC, and TAC where compute times were measured) then TensorFlow's, compared step "
-    "time against step time; the faster TicTac order is kept only if it is not slower "
-    "than TensorFlow's (default 3; 0: no check, keep TicTac's order).", lower_bound=0)
+    "The order check after the switch: at most this many rounds, each a block in a "
+    "TicTac order (TIC, and TAC where compute times were measured) and one in "
+    "TensorFlow's, in ABBA order; from round 3 on the rounds stop as soon as a one-sided "
+    "t test shows an order faster than TensorFlow's (99 %, kept) or not 3 % faster "
+    "(90 %, TensorFlow's order kept); an order not shown faster is not kept "
+    "(default 8; 0: no check, keep TicTac's order).", lower_bound=0)
 flags.DEFINE_integer(
     "tictac_check_block_steps", DEFAULTS["check_block_steps"],
     "Training steps per worker per block of the order check (default 10; at least "

@@ -230,6 +230,7 @@ def _tictac_class() -> type:
         def _begin(self, mode: str) -> None:
             super()._begin(mode)
             self.controller.check_extra = dict(self.extra)
+            self.controller.runner.fixed_rounds = True  # every order, every round
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             super().on_train_batch_end(batch, logs)
@@ -292,6 +293,15 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     first = c.check_results[0]
     verify = c.check_results[1] if len(c.check_results) > 1 else None
     check = first.to_json()
+    if c.runner.same_as:  # orders identical to another's, checked once under its name
+        check["same_as"] = dict(c.runner.same_as)
+    # The first check's raw steps and blocks, for resampling the rule's error rates
+    # (benchmarks/check_error_rates.py): per step [worker, start, step time, phase,
+    # order, paused s]; per block [round, candidate, T, start, end].
+    check_steps = [[r.worker, r.start, r.step_time, r.phase, r.order, r.paused_s]
+                   for r in c.runner.first_check_records]
+    check_windows = [[w.round, w.candidate, w.tictac, w.start, w.end]
+                     for w in c.runner.first_check_windows]
     off = dict(c.check_off)
     if c.tac_off:
         off.setdefault("tac", c.tac_off)
@@ -303,6 +313,7 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "off": off,
         "check": check,
         "with_check": with_check(first, verify, verify_rounds),
+        "check_steps": check_steps, "check_windows": check_windows,
         "tictac": {k: summary[k] for k in ("coverage", "order", "records", "hook", "tac_off")
                    if k in summary},
     }

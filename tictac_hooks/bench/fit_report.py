@@ -12,7 +12,8 @@ from typing import Any, Mapping
 # always measured (the callback's own candidates; TAC where its compute profile and
 # transfer times exist), TensorFlow's order too (the check's D blocks); ``orders``
 # (--schedules) picks the baselines.
-BASELINES = ("declared", "first-use", "random")
+# "tf-again": TensorFlow's order as a candidate, an A/A check of the decision rule
+BASELINES = ("declared", "first-use", "random", "tf-again")
 TICTAC_ORDERS = ("tic", "tac")
 ORDERS = BASELINES + TICTAC_ORDERS
 DEFAULT = "default"
@@ -34,9 +35,12 @@ def product_choice(check: Any) -> str | None:
     """What TicTac's own check would have kept from ``check`` (a CheckResult whose
     candidates include the bench's baselines): its rule applied to TIC and TAC alone,
     the orders TicTac installs; None: TensorFlow's order."""
-    from tictac_hooks.callbacks.order_check import kept_by_rule
-    return kept_by_rule({c: s.median for c, s in check.candidates.items()
-                         if c in TICTAC_ORDERS and s.pairs and s.median is not None})
+    from tictac_hooks.callbacks.order_check import CheckPlan
+    values = {c: list(v) for c, v in check.values.items() if c in TICTAC_ORDERS and v}
+    if not values:
+        return None
+    kept, _, _ = CheckPlan(check.rounds, check.block_steps).rule(len(values)).look(values)
+    return kept
 
 
 def check_cost_steps(check: Any) -> float | None:
@@ -110,6 +114,9 @@ def order_results(check: Mapping[str, Any], off: Mapping[str, str]) -> dict[str,
             default[task_of(device) or device] = {
                 "median_step_time_s": statistics.median(medians), "blocks": len(medians)}
     out[DEFAULT] = {"label": label_of(DEFAULT), "workers": default}
+    for alias, same in check.get("same_as", {}).items():  # one order, checked once
+        if same in out:
+            out[alias] = {**out[same], "label": label_of(alias), "same_as": same}
     for label, why in off.items():
         out.setdefault(label, {"label": label_of(label), "workers": {}, "off": why})
     return out

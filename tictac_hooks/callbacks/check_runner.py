@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks.callbacks import order_check
 from tictac_hooks.callbacks.planner import Parts
 from tictac_hooks.records import PROFILING, CheckResult, WorkerStep
+from tictac_hooks.run import sequential
 
 log = logging.getLogger("tictac")
 
@@ -50,7 +52,8 @@ class CheckRunner:
                  algorithm: Callable[[], str], install: Callable[[Parts], None],
                  clear: Callable[[], None], poll: Callable[[], Any],
                  mark_pause: Callable[[float, float], None], say: Callable[[str], None],
-                 on_result: "Callable[[CheckResult], None] | None" = None) -> None:
+                 on_result: "Callable[[CheckResult], None] | None" = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.plan = plan
         self.recheck_every = recheck_every
         self.installs = installs
@@ -62,13 +65,30 @@ class CheckRunner:
         self._mark_pause = mark_pause
         self._say = say
         self._on_result = on_result
+        self._clock = clock   # the PSes' step records' clock (wall time)
         self.results: list[CheckResult] = []  # every check's result, in order
         self.n = -1  # steps dispatched since the running check began; -1: none
         self._since_decision = 0  # steps dispatched since the last check's decision
         self._after_switch: list[WorkerStep] = []  # records the check reads (bounded)
+        # The running check: its candidates still in it, the round, the round's
+        # blocks, the block and its steps dispatched so far, the blocks that ran.
+        self._active: tuple[str, ...] = ()
+        self._round = 0
+        self._blocks: list[str | None] = []
+        self._bi = 0
+        self._in_block = 0
+        self._block_start = 0.0
+        self.windows: list[order_check.Window] = []
+        # The first check's records and blocks, as it decided on them (the bench's).
+        self.first_check_records: list[WorkerStep] = []
+        self.first_check_windows: list[order_check.Window] = []
         # The candidate orders (algorithm -> per-worker (DAG, schedule)), the one the
         # check or its decision asks for, and the one installed (None: TF's order).
         self.candidates: dict[str, Parts] = {}
+        # Candidates whose order is identical to another's: name -> the one checked.
+        self.same_as: dict[str, str] = {}
+        # Candidates not checked, and why (e.g. nothing to order).
+        self.not_checked: dict[str, str] = {}
         self.want: str | None = None
         self.decided: str | None = None
         self.installed: str | None = None
@@ -80,6 +100,9 @@ class CheckRunner:
         # The switch installed its order before the compute times came (TIC): the
         # check waits for them (Switching.timed), then start() runs it.
         self.waiting = False
+        # Every round runs for every candidate, decided at the end (the bench's
+        # comparisons of many orders); False: the rule's looks stop the rounds.
+        self.fixed_rounds = False
         self._lock = threading.RLock()
 
     @property
@@ -90,32 +113,60 @@ class CheckRunner:
     def switched(self, algorithm: str, candidates: dict[str, Parts],
                  workers: int = 1) -> None:
         """The switch computed ``candidates`` and installs (or not) ``algorithm``'s;
-        ``workers``: those the loop's dispatched steps are spread over (CheckPlan)."""
-        self.candidates = candidates
-        self.want = self.decided = algorithm
+        ``workers``: those the loop's dispatched steps are spread over (CheckPlan).
+        Candidates whose orders are identical on every worker and PS are checked once,
+        under the first name (``same_as`` keeps the others); one with fewer than two
+        transfers has nothing to order and is not checked (``not_checked`` says so)."""
+        self.candidates, self.same_as, self.not_checked = {}, {}, {}
+        seen: dict[tuple, str] = {}
+        first = sorted(candidates, key=lambda c: c != algorithm)  # the configured first
+        for name, parts in ((c, candidates[c]) for c in first):
+            key = (name,) if name == order_check.TF_AGAIN else \
+                tuple(tuple(schedule.order) for _, schedule in parts)
+            if key in seen:
+                self.same_as[name] = seen[key]
+                continue
+            seen[key] = name
+            self.candidates[name] = parts
+        self.want = self.decided = algorithm if algorithm in self.candidates else \
+            self.same_as.get(algorithm, algorithm)
+        checked = [c for c in self.candidates
+                   if max((len(s.order) for _, s in self.candidates[c]), default=0) >= 2]
+        for c in self.candidates:
+            if c not in checked:
+                self.not_checked[c] = "fewer than two transfers to order"
         if self.plan is not None:
             self.plan = order_check.CheckPlan(self.plan.rounds, self.plan.block_steps,
-                                              tuple(candidates), max(1, workers))
+                                              tuple(checked), max(1, workers))
 
     def start(self) -> None:
         """The check begins with the next dispatched step; one line says what it runs."""
         self.waiting = False
         if self.plan is None:
             return
-        self.n = 0
         plan = self.plan
-        names = " and ".join(c.upper() for c in self.candidates)
+        for c, why in self.not_checked.items():
+            self._say(f"{c.upper()} order not checked: {why}")
+        if not plan.candidates:
+            return
+        same = "".join(f" ({a.upper()} gave the same order as {b.upper()}: checked once)"
+                       for a, b in self.same_as.items())
+        names = " and ".join(c.upper() for c in plan.candidates)
         per = (f" ({plan.block_dispatched} dispatched over {plan.workers} workers)"
                if plan.workers > 1 else "")
-        self._say(f"checking {names} against TensorFlow's order: {plan.rounds} "
-                  f"round{'s' if plan.rounds > 1 else ''} of block pairs of "
-                  f"{plan.block_steps} steps per worker{per}"
+        rule = plan.rule()
+        self._say(f"checking {names} against TensorFlow's order{same}: rounds of "
+                  f"{plan.block_steps} steps per worker in each order{per}, "
+                  f"{rule.min_rounds} to {rule.max_rounds} rounds (the rounds stop when "
+                  "the gain is bounded)"
                   + (f", again every {self.recheck_every} steps per worker"
                      if self.recheck_every else ""))
+        self._begin_check(opened=True)
 
     def abandon(self) -> None:
         """The switch failed: no candidates, no check, TensorFlow's order on every PS."""
         self.plan, self.candidates = None, {}
+        self.n = -1
         self.want = self.decided = None
         if self.installs and self.installed is not None:
             try:
@@ -131,9 +182,10 @@ class CheckRunner:
             del self._after_switch[:-_KEEP_CHECK_RECORDS]
 
     def finish(self) -> None:
-        """Training ended inside the check: decides on what ran."""
+        """Training ended inside the check: decides on the rounds that ran."""
         if self.plan is not None and self.n > 0:
-            self._finish_check()
+            self._close_block()
+            self._finish_check(self._look(final=True))
 
     def suspend(self, suspended: bool) -> None:
         self.suspended = suspended
@@ -152,18 +204,22 @@ class CheckRunner:
 
     def step_dispatched(self) -> None:
         """The frontends call this once per step they dispatch after the switch: runs
-        the order check's blocks (order_check.py), applies its decision, and starts the
-        check again every ``recheck_every`` steps per worker."""
+        the order check's blocks (order_check.py), looks at its rule after each round,
+        applies its decision, and starts the check again every ``recheck_every`` steps
+        per worker."""
         if self.plan is None or not self.candidates or self.waiting:
             return
         if self.n >= 0:
-            n = self.n
+            if self._in_block >= self.plan.block_dispatched:
+                try:
+                    self._next_block()
+                except Exception as e:  # noqa: BLE001 - a PS gone mid-check: not training's
+                    self._abort_check(e)
+                if self.n < 0:
+                    return  # decided: this step runs in the kept order
             self.n += 1
-            if n < self.plan.total_steps:
-                self._to_block(self.plan.block(n))
-            else:
-                self._finish_check()
-        elif self.recheck_every:
+            self._in_block += 1
+        elif self.recheck_every and self.plan.candidates:
             self._since_decision += 1
             if self._since_decision >= self.recheck_every * self.plan.workers:
                 self._say(f"re-checking after {self._since_decision} steps")
@@ -171,7 +227,7 @@ class CheckRunner:
 
     def check_again(self, candidates: Sequence[str], rounds: int) -> None:
         """Runs the check once more from the next dispatched step, in fresh blocks, with
-        ``candidates`` (computed at the switch) against TensorFlow's order for
+        ``candidates`` (computed at the switch) against TensorFlow's order for at most
         ``rounds`` rounds: e.g. the kept order alone, so that what the decision gave is
         measured on steps it was not decided on. Its decision applies as any check's."""
         if self.running:
@@ -184,37 +240,98 @@ class CheckRunner:
                                           self.plan.workers)
         self._begin_check()
 
-    def _begin_check(self) -> None:
+    def _begin_check(self, opened: bool = False) -> None:
+        """A check from its first block; ``opened``: the switch's install is that
+        block's order already in force (its window opens now)."""
         self._after_switch = []
+        self.windows = []
         self.n = 0
-        self._to_block(self.plan.block(0))
+        self._active = self.plan.candidates
+        self._round = 0
+        self._blocks = self.plan.round_blocks(0, self._active)
+        self._bi = 0
+        self._open_block(join=not opened)
 
-    def _to_block(self, want: str | None) -> None:
-        """Starts a check block running ``want`` (None: TensorFlow's order). Under PSS the
-        loop dispatches ahead of what runs, so at a block boundary it first waits for
-        the dispatched steps: every step dispatched in a block then runs in that block's
-        order, and each worker gets its share of every block (without the wait a short
-        block could run almost entirely in the previous block's order on one worker).
-        The dispatched steps run back to back during the wait; from its end to the new
-        order's install the workers idle, and that interval is marked as a pause, so
-        the step times that include the idle time are left out."""
-        if want == self.want:
-            return
+    def _open_block(self, join: bool = True) -> None:
+        """Starts block ``_bi`` of the round: its order installed (or cleared) on every
+        PS, then its window opens. Under PSS the loop dispatches ahead of what runs, so
+        the dispatched steps are waited for first (``join``): every step dispatched in a
+        block then runs in that block's order. From the wait's end to the install the
+        workers idle, marked as a pause: the step times that include it are left out."""
+        want = self._blocks[self._bi]
+        if join and self._join is not None and self.installs:
+            self.holds += 1
+            self._join()
+        idle_from = self._clock()
+        self.want = want
+        self._apply()
+        now = self._clock()
+        self._mark_pause(idle_from, now)
+        self._in_block = 0
+        self._block_start = now
+
+    def _close_block(self) -> None:
+        """The running block's window ends (after its steps ran, where this process
+        can wait for them)."""
         self.holds += 1
         if self._join is not None and self.installs:
             self._join()
-        idle_from = time.time()
-        self.want = want
-        self._apply()
-        self._mark_pause(idle_from, time.time())
+        c = self._blocks[self._bi]
+        name = c if c is not None else self._blocks[self._bi ^ 1]
+        self.windows.append(order_check.Window(self._round, name, c is not None,
+                                               self._block_start, self._clock()))
 
-    def _finish_check(self) -> None:
-        self.holds += 1
-        if self._join is not None:
-            self._join()  # the blocks' steps ran, so the PSes recorded them
-        pause_start = time.time()  # the drained steps ran back to back: not a pause
+    def _next_block(self) -> None:
+        """The running block has its steps: its window closes; the next block of the
+        round opens, or after a round's last block the rule looks (from its first
+        round of looks on) and the check ends or goes on with the candidates left."""
+        self._close_block()
+        self._bi += 1
+        if self._bi < len(self._blocks):
+            self._open_block(join=False)
+            return
+        self._round += 1
+        rule = self.plan.rule()
+        if self._round >= (self.plan.rounds if self.fixed_rounds else rule.min_rounds):
+            final = self._round >= self.plan.rounds
+            result = self._look(final)
+            if result.decision is not None or final:
+                self._finish_check(result)
+                return
+            going = self._active if self.fixed_rounds else tuple(c for c in self._active
+                          if result.bounds.get(c, {}).get("verdict") != sequential.DROP)
+            if going != self._active:
+                dropped = [c.upper() for c in self._active if c not in going]
+                self._say(f"order check: {' and '.join(dropped)} not {rule.margin:.0%} "
+                          f"faster than TensorFlow's order (round {self._round}): "
+                          "left out of the next rounds")
+                self._active = going
+        self._blocks = self.plan.round_blocks(self._round, self._active)
+        self._bi = 0
+        self._open_block(join=False)
+
+    def _look(self, final: bool) -> CheckResult:
+        """The rule on the blocks that ran (the PSes' records read first)."""
         self._poll()
-        result = order_check.decide(self._after_switch, self.plan, self._algorithm())
+        return order_check.decide(self._after_switch, self.plan, self.windows, final=final)
+
+    def _abort_check(self, error: BaseException) -> None:
+        """An install, read or wait failed inside the check (a PS restarting, gone):
+        the check ends there, TensorFlow's order is kept (cleared where the PSes
+        answer), and one line says so; training goes on."""
+        log.debug("TicTac: the order check failed", exc_info=True)
+        why = f"{type(error).__name__}: {error}"
+        self.want = None
+        empty = order_check.decide([], self.plan, [], final=True)
+        self._finish_check(dataclasses.replace(
+            empty, decision=order_check.DEFAULT, chosen=None,
+            reason=f"the check stopped: {why}"))
+
+    def _finish_check(self, result: CheckResult) -> None:
+        pause_start = self._clock()
+        if not self.results:
+            self.first_check_records = list(self._after_switch)
+            self.first_check_windows = list(self.windows)
         self._after_switch = []
         self.n, self._since_decision = -1, 0
         if result.decision == order_check.TICTAC:
@@ -224,23 +341,12 @@ class CheckRunner:
         self.want = self.decided  # inconclusive: the order before the check stays
         result = dataclasses.replace(result, kept=self.decided or order_check.DEFAULT)
         self.results.append(result)
-        self._apply()
-        self._mark_pause(pause_start, time.time())
-        if result.decision is None:
-            kept = self.decided.upper() + " order" if self.decided else "TensorFlow's order"
-            self._say(f"order check inconclusive ({result.reason}); {kept} kept")
-        else:
-            spread = result.spread
-            gain = (spread.median - 1) * 100
-            others = "".join(
-                f"; {c.upper()} {(s.median - 1) * 100:+.1f} %"
-                for c, s in result.candidates.items() if c != result.algorithm and s.pairs)
-            self._say(f"order check: {result.algorithm.upper()} order "
-                      f"{gain:+.1f} % throughput vs TensorFlow's (median of "
-                      f"{spread.pairs} block pairs, range "
-                      f"{(spread.low - 1) * 100:+.1f} to "
-                      f"{(spread.high - 1) * 100:+.1f} %{others}): "
-                      + ("kept" if self.decided else "cleared, TensorFlow's order kept"))
+        try:
+            self._apply()
+        except Exception:  # noqa: BLE001 - a PS gone: the decision applies where it can
+            log.debug("TicTac: applying the check's decision", exc_info=True)
+        self._mark_pause(pause_start, self._clock())
+        self._say(verdict_line(result, self.same_as))
         if self._on_result is not None:
             self._on_result(result)
 
@@ -251,7 +357,7 @@ class CheckRunner:
             want = None if self.suspended else self.want
             if not self.installs or not self.candidates or want == self.installed:
                 return
-            if want is not None:
+            if want is not None and want != order_check.TF_AGAIN:
                 self._install(self.candidates[want])
             else:
                 self._clear()
@@ -287,3 +393,38 @@ class CheckRunner:
             self.to_reinstall.clear()
             self._say(f"the PS at {', '.join(pending)} was restarted (a new gate): the "
                       f"{self.installed.upper()} order installed on it again")
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def verdict_line(result: CheckResult, same_as: Mapping[str, str] | None = None) -> str:
+    """The check's decision in one line: the kept order's gain with its lower bound,
+    or why TensorFlow's order stays (and that nothing is claimed then)."""
+    aka = {b: a for a, b in (same_as or {}).items()}
+    name = lambda c: c.upper() + (f" (= {aka[c].upper()})" if c in aka else "")  # noqa: E731
+    rounds = f"{result.rounds} round{'s' if result.rounds != 1 else ''}"
+    if result.decision is None:
+        kept = (result.kept or "").upper() + " order" if result.kept not in (
+            None, order_check.DEFAULT) else "TensorFlow's order"
+        return f"order check inconclusive ({result.reason}); {kept} kept"
+    if result.decision == order_check.DEFAULT and result.reason.startswith("the check stopped"):
+        return (f"order check: {result.reason}; TensorFlow's order kept, no gain is "
+                "claimed; training goes on")
+    gains = {c: result.gain(c) for c in result.candidates}
+    others = "".join(f"; {name(c)} {_pct(g[0])}" for c, g in gains.items()
+                     if g and c != result.algorithm)
+    if result.decision == order_check.TICTAC:
+        g, low = result.gain(result.chosen) or (result.spread.median - 1
+                                               if result.spread.median else 0.0, None)
+        at_least = f"at least {_pct(low)}, " if low is not None else ""
+        return (f"order check: {name(result.chosen or result.algorithm)} kept: {_pct(g)} "
+                f"throughput vs TensorFlow's order ({at_least}{rounds}{others})")
+    g = result.gain(result.algorithm)
+    b = result.bounds.get(result.algorithm, {})
+    upper = b.get("upper")
+    shown = f" (at most {_pct(math.expm1(upper))})" if upper is not None else ""
+    return (f"order check: {name(result.algorithm)} {_pct(g[0]) if g else 'unmeasured'}"
+            f"{shown} vs TensorFlow's order over {rounds}{others}: not shown faster, "
+            "TensorFlow's order kept; no gain is claimed")

@@ -291,7 +291,7 @@ class Controller(Switching):
 
     def served_transfers(self) -> dict[str, set[str]]:
         """worker -> names of the transfers the PSes served it during profiling."""
-        return dict(self.steplog.served)
+        return self.steplog.served_copy()
 
     def link_rate(self) -> float | None:
         """Bytes per second of the fastest profiled step on a PS link: a transfer
@@ -361,6 +361,10 @@ class Controller(Switching):
             results = [{k: v for k, v in r.to_json().items() if k != "blocks"}
                        for r in self.check_results]
             summary["check"] = results[-1]
+            if self.runner.same_as:
+                summary["check"]["same_as"] = dict(self.runner.same_as)
+            if self.runner.not_checked:
+                summary["check"]["not_checked"] = dict(self.runner.not_checked)
             if len(results) > 1:
                 summary["checks"] = results
         if self.settings.log_dir:

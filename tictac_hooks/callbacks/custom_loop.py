@@ -49,7 +49,7 @@ class TicTacLoop:
       window_bytes: the gate's pacing window, or the proxy's look-ahead window, bytes
         >= 0 (``--tictac_window_bytes``, default 1048576; see :class:`tictac_hooks.TicTac`).
       check_rounds, check_block_steps, recheck_every: the order check, as for
-        :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
+        :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 8, 0: off;
         ``--tictac_check_block_steps``, 10 steps per worker; ``--tictac_recheck_every``, 5000).
       align: as for :class:`tictac_hooks.TicTac` (``--tictac_align``); with "auto" (the
         default) it follows ``training``.

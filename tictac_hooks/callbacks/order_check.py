@@ -1,54 +1,51 @@
-"""The order check: TicTac's orders against TensorFlow's own, in interleaved blocks.
+"""The order check: TicTac's orders against TensorFlow's own, in rounds of clean blocks.
 
-After the switch the training loop runs ``rounds`` rounds of blocks of ``block_steps``
-steps *per worker* each: under ParameterServerStrategy the loop dispatches a block of
-``block_steps x workers`` steps, which the coordinator spreads over the workers, so that
-every worker gives its pairs however many workers there are (at 64 workers a block of
-20 dispatched steps would give most workers no step at all). A round holds, for each candidate order (TIC, and TAC where
-compute times were measured), a block with that order installed (T) followed by a block
-with it cleared (D, TensorFlow's default order). Interleaving keeps slow drift of the
-machine (other load, thermal state, page cache) out of the comparison.
+After the switch the training loop runs rounds of blocks of ``block_steps`` steps *per
+worker* each: under ParameterServerStrategy the loop dispatches a block of
+``block_steps x workers`` steps, which the coordinator spreads over the workers. A
+round holds, for each candidate order still in the check, a block with that order
+installed (T) and one with the PSes cleared (D, TensorFlow's order), in ABBA order: T
+then D in even rounds, D then T in odd ones, so that neither side is always first
+(machine drift, warm caches).
 
-The PS labels every step with the order it really ran in (a step is bound to one
-schedule version, and so one algorithm, at its first transfer), so the blocks need not
-line up with the dispatch. Per worker, each maximal run of steps in one order gives one
-median step time; the first step of a run straddles the change and is dropped, and the
-last, which holds the next block's install (a pause), has no step time. Each D
-run is paired with the T run just before it, and ``median(D) / median(T)`` is 1 + that
-candidate's throughput gain in that pair.
+Clean blocks: at every block boundary the runner waits for the dispatched steps
+(check_runner.py), installs the block's order, and opens the block's window once the
+install is in force on every PS; the window closes when the block's steps have run.
+A block's steps are the records that start inside its window *and* that the PS
+labelled with the block's order (a step is bound to one schedule version at its first
+transfer); each worker's first step in a window, steps with a pause, and steps
+without a step time are left out. So no step of the profiling or switching period, and
+none that straddles an install, enters a block.
 
-Decision rule (stated, and the same everywhere): the candidate with the largest median
-paired ratio, over all its pairs of all workers, stays installed when that median is at
-least KEEP_ABOVE, 1.05 (in the typical pair it is 5 % faster than the default);
-otherwise the schedule is cleared and TensorFlow's order is kept. The margin is chosen
-from measured runs (benchmarks/check_margin.py): block pairs of a few steps vary by
-10 % and more, and with no margin 7 of 23 kept orders measured slower again after the
-check. The controller repeats the check every
-``recheck_every`` steps per worker. docs/ALGORITHMS.md, "The order check", says why.
+Each round gives one value per candidate, ``d = log(median D / median T)`` over the
+round's two blocks, every worker's steps pooled: the workers of one block share one
+machine state, so the sample is the rounds, not the workers' pairs. The decision is
+run/sequential.py's rule (a sequential one-sided t test, at most ``rounds`` rounds);
+docs/ALGORITHMS.md, "The order check", says why, and benchmarks/check_error_rates.py
+measures its error rates.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
 from tictac_hooks.records import (CHECK, SCHEDULED, CheckBlock, CheckResult, RatioSpread,
                                   WorkerCheck, WorkerStep)
+from tictac_hooks.run import sequential
 
 TICTAC, DEFAULT = "tictac", "default"
-
-# The rule's margin: a candidate is kept when its median paired ratio is at least this.
-# On 26 fit runs (benchmarks/check_margin.py), 1.05 against 1.0 cleared 4 of the 7 kept
-# orders that were slower when measured again (-4.4 to -13.6 %) and 2 of the 16 that were
-# faster (+6.8, +13.0 %).
-KEEP_ABOVE = 1.05
+# TensorFlow's order as a candidate: its T blocks clear the PSes like a D block; an A/A
+# check of the rule (benchmarks/check_error_rates.py), never a user's candidate.
+TF_AGAIN = "tf-again"
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckPlan:
-    """``rounds`` rounds of (T, D) block pairs of ``block_steps`` steps per worker each,
+    """At most ``rounds`` rounds of (T, D) blocks of ``block_steps`` steps per worker,
     one pair per candidate order (``candidates``: algorithm names; empty: one candidate,
     the installed order). ``workers``: the workers the loop's dispatched steps are
     spread over (ParameterServerStrategy: every worker task; 1 where each dispatched
@@ -76,135 +73,196 @@ class CheckPlan:
                              f"{self.candidates!r}")
 
     @property
+    def names(self) -> tuple[str, ...]:
+        return self.candidates or (TICTAC,)
+
+    @property
     def block_dispatched(self) -> int:
         """Dispatched steps per block: ``block_steps`` for each worker."""
         return self.block_steps * self.workers
 
     @property
     def total_steps(self) -> int:
-        """Dispatched steps the whole check runs."""
-        return 2 * self.rounds * max(1, len(self.candidates)) * self.block_dispatched
+        """Dispatched steps of the longest check (every round, no candidate dropped)."""
+        return 2 * self.rounds * len(self.names) * self.block_dispatched
+
+    def rule(self, candidates: int | None = None) -> sequential.Rule:
+        """The decision rule for this plan: at most ``rounds`` rounds, looks from round
+        min(3, rounds) on, alpha and beta split over the candidates."""
+        rounds = max(1, self.rounds)
+        return sequential.Rule(min_rounds=min(sequential.MIN_ROUNDS, rounds),
+                               max_rounds=rounds,
+                               candidates=candidates or len(self.names))
+
+    @staticmethod
+    def round_blocks(round_: int, names: Sequence[str]) -> list[str | None]:
+        """The blocks of round ``round_`` (0-based) for ``names``: per candidate its T
+        block (the name) and its D block (None), T first in even rounds (ABBA)."""
+        out: list[str | None] = []
+        for c in names:
+            out += [c, None] if round_ % 2 == 0 else [None, c]
+        return out
 
     def block(self, dispatched: int) -> str | None:
         """The candidate installed for step number ``dispatched`` (0-based, counted from
-        the check's start) while the check runs; None in a D block (TensorFlow's order).
-        With no candidates named, a T block gives TICTAC."""
+        the check's start) in the longest check; None in a D block."""
         index = dispatched // self.block_dispatched
-        if index % 2:
-            return None
-        names = self.candidates or (TICTAC,)
-        return names[(index // 2) % len(names)]
+        per_round = 2 * len(self.names)
+        return self.round_blocks(index // per_round, self.names)[index % per_round]
 
     def scheduled_block(self, dispatched: int) -> bool:
         """Whether step number ``dispatched`` falls in a T block (an order installed)."""
         return self.block(dispatched) is not None
 
 
-def run_medians(records: Iterable[WorkerStep]) -> dict[str, list[tuple[int, float, int]]]:
-    """worker device -> [(phase, median step time, steps)] per maximal run of steps in
-    one order (SCHEDULED or CHECK), in time order; each run's first step and steps
-    without a step time (paused, last) are dropped."""
-    return _medians(runs_of(records))
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One block as it ran: its round, its candidate, whether the candidate was
+    installed (T) or TensorFlow's order ran (D), and the wall-clock interval from the
+    install in force to the end of its steps."""
+
+    round: int
+    candidate: str
+    tictac: bool
+    start: float
+    end: float
+
+    def holds(self, r: WorkerStep) -> bool:
+        """Whether ``r`` is one of this block's steps: it started inside the window and
+        ran in the block's order, as the PS labelled it."""
+        if not self.start <= r.start < self.end:
+            return False
+        if self.tictac and self.candidate != TF_AGAIN:
+            return r.phase == SCHEDULED and r.order in (self.candidate, None)
+        return r.phase == CHECK
 
 
-def _medians(runs: dict[str, list[tuple[int, float, int, list[int], str | None]]]
-             ) -> dict[str, list[tuple[int, float, int]]]:
-    return {w: [(p, m, n) for p, m, n, _, _ in rs] for w, rs in runs.items()}
-
-
-def runs_of(records: Iterable[WorkerStep]
-            ) -> dict[str, list[tuple[int, float, int, list[int], str | None]]]:
-    """As :func:`run_medians`, each run with the step indices it covers and the order it
-    ran in (the algorithm for SCHEDULED runs, as the PS labelled the steps; None for
-    TensorFlow's order or where the label is unknown)."""
-    by_worker: dict[str, list[WorkerStep]] = {}
-    for r in records:
-        if r.phase in (SCHEDULED, CHECK):
-            by_worker.setdefault(r.worker, []).append(r)
-    out: dict[str, list[tuple[int, float, int, list[int], str | None]]] = {}
-    for worker, recs in sorted(by_worker.items()):
-        recs.sort(key=lambda r: r.start)
-        runs: list[tuple[int, str | None, list[float], list[int]]] = []
-        for i, r in enumerate(recs):
-            label = r.order if r.phase == SCHEDULED else None
-            if i == 0 or (r.phase, label) != runs[-1][:2]:
-                runs.append((r.phase, label, [], [r.step]))  # straddling first step
-                continue
-            runs[-1][3].append(r.step)
-            if r.step_time is not None and not r.paused_s:
-                runs[-1][2].append(r.step_time)
-        out[worker] = [(phase, statistics.median(t), len(t), steps, label)
-                       for phase, label, t, steps in runs if t]
+def block_steps_of(records: Iterable[WorkerStep], windows: Sequence[Window]
+                   ) -> list[dict[str, list[WorkerStep]]]:
+    """Per window, worker -> its measured steps in that block, in time order: each
+    worker's first step in the window, paused steps and steps without a time dropped."""
+    ordered = sorted(records, key=lambda r: r.start)
+    out: list[dict[str, list[WorkerStep]]] = []
+    for w in windows:
+        by_worker: dict[str, list[WorkerStep]] = {}
+        for r in ordered:
+            if w.holds(r):
+                by_worker.setdefault(r.worker, []).append(r)
+        out.append({worker: [r for r in rs[1:] if r.step_time is not None and not r.paused_s]
+                    for worker, rs in by_worker.items()})
     return out
 
 
-def paired_ratios(medians: dict[str, list[tuple[int, float, int]]]) -> dict[str, list[float]]:
-    """worker -> median(D run) / median(T run before it), per pair (> 1: TicTac faster)."""
+def _median_of(steps: Mapping[str, list[WorkerStep]], worker: str | None = None
+               ) -> float | None:
+    times = [r.step_time for w, rs in steps.items() if worker in (None, w) for r in rs]
+    return statistics.median(times) if times else None
+
+
+@dataclasses.dataclass
+class _Pair:
+    """One round of one candidate: its T and D blocks' steps."""
+
+    t: dict[str, list[WorkerStep]] | None = None
+    d: dict[str, list[WorkerStep]] | None = None
+    t_window: int = -1
+    d_window: int = -1
+
+
+def _pairs(records: Sequence[WorkerStep], windows: Sequence[Window]
+           ) -> tuple[dict[str, dict[int, _Pair]], list[dict[str, list[WorkerStep]]]]:
+    """candidate -> round -> its two blocks' steps (either may be missing)."""
+    steps = block_steps_of(records, windows)
+    out: dict[str, dict[int, _Pair]] = {}
+    for i, (w, s) in enumerate(zip(windows, steps)):
+        p = out.setdefault(w.candidate, {}).setdefault(w.round, _Pair())
+        if w.tictac:
+            p.t, p.t_window = s, i
+        else:
+            p.d, p.d_window = s, i
+    return out, steps
+
+
+def round_values(records: Sequence[WorkerStep], windows: Sequence[Window]
+                 ) -> dict[str, list[float]]:
+    """candidate -> d = log(median D / median T) per complete round, in round order
+    (a round where either block measured no step gives no value)."""
+    pairs, _ = _pairs(records, windows)
     out: dict[str, list[float]] = {}
-    for worker, runs in medians.items():
-        ratios = []
-        for (p0, t0, _), (p1, t1, _) in zip(runs, runs[1:]):
-            if p0 == SCHEDULED and p1 == CHECK and t0 > 0:
-                ratios.append(t1 / t0)
-        out[worker] = ratios
+    for c, rounds in pairs.items():
+        values = out.setdefault(c, [])
+        for _, p in sorted(rounds.items()):
+            mt = _median_of(p.t) if p.t is not None else None
+            md = _median_of(p.d) if p.d is not None else None
+            if mt and md:
+                values.append(math.log(md / mt))
     return out
 
 
-def _candidate_pairs(runs: dict[str, list[tuple[int, float, int, list[int], str | None]]],
-                     default_label: str) -> dict[str, dict[str, list[tuple[float, float]]]]:
-    """candidate -> worker -> [(median T, median D)] per (T run, D run after it)."""
-    out: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    for worker, rs in runs.items():
-        for (p0, t0, _, _, l0), (p1, t1, _, _, _) in zip(rs, rs[1:]):
-            if p0 == SCHEDULED and p1 == CHECK and t0 > 0:
-                out.setdefault(l0 or default_label, {}).setdefault(worker, []).append((t0, t1))
-    return out
+def decide(records: Sequence[WorkerStep], plan: CheckPlan, windows: Sequence[Window],
+           final: bool = True) -> CheckResult:
+    """The check's result on the blocks of ``windows``: per candidate its per-round
+    values and bounds, per worker the same steps' medians, and the decision by
+    run/sequential.py's rule (``decision`` TICTAC or DEFAULT, ``chosen`` the kept
+    candidate). ``final``: no more rounds will run (a candidate still open is not
+    kept). ``decision`` is None when no round measured both blocks of any candidate."""
+    pairs, steps = _pairs(records, windows)
+    values = round_values(records, windows)
+    names = [c for c in plan.names if c in pairs] or sorted(pairs)
+    rule = plan.rule(len(names) or None)
+    kept, over, standing = rule.look({c: values.get(c, []) for c in names})
+    measured = {c: v for c, v in values.items() if v}
+    if not measured:
+        decision = None
+    elif kept is not None:
+        decision = TICTAC
+    elif over or final:
+        decision = DEFAULT
+    else:
+        decision = None
+    focus = kept or max(measured, key=lambda c: standing[c].mean, default=None) \
+        or (names[0] if names else TICTAC)
+    rounds_run = max((len(v) for v in values.values()), default=0)
+    reason = ""
+    if not measured:
+        reason = "no round measured both a TicTac block and a TensorFlow block"
+    elif decision is None:
+        reason = f"{rounds_run} round{'s' if rounds_run != 1 else ''}, undecided"
 
+    def worker_checks(c: str) -> dict[str, WorkerCheck]:
+        out = {}
+        workers = sorted({w for p in pairs.get(c, {}).values() for s in (p.t, p.d)
+                          if s for w in s})
+        for worker in workers:
+            ratios, ts, ds = [], [], []
+            for p in pairs[c].values():
+                mt = _median_of(p.t, worker) if p.t else None
+                md = _median_of(p.d, worker) if p.d else None
+                if mt and md:
+                    ratios.append(md / mt)
+                    ts += [r.step_time for r in p.t.get(worker, [])]
+                    ds += [r.step_time for r in p.d.get(worker, [])]
+            out[worker] = WorkerCheck(RatioSpread.of(ratios), _median(ds), _median(ts))
+        return out
 
-def kept_by_rule(medians: Mapping[str, float]) -> str | None:
-    """The rule: of the candidates' median paired ratios (median(TensorFlow order) /
-    median(candidate order)), the candidate with the largest when it is >= KEEP_ABOVE;
-    None (TensorFlow's order) otherwise or without candidates."""
-    best = max(medians, key=medians.get, default=None)
-    return best if best is not None and medians[best] >= KEEP_ABOVE else None
-
-
-def decide(records: Sequence[WorkerStep], plan: CheckPlan, algorithm: str) -> CheckResult:
-    """The check's result: per candidate, per worker and overall, the paired ratios'
-    median and range, and the decision by the module's rule (``decision`` TICTAC or
-    DEFAULT, ``chosen`` the kept candidate). ``decision`` is None when no pair could be
-    formed (too few steps reached the PS): the installed order then stays.
-    ``algorithm`` names steps the PS did not label (a single-candidate check)."""
-    runs = runs_of(records)
-    pairs = _candidate_pairs(runs, algorithm)
-    ratios = {c: [d / t for ws in by_worker.values() for t, d in ws]
-              for c, by_worker in pairs.items()}
-    medians = {c: statistics.median(rs) for c, rs in ratios.items()}
-    best = max(medians, key=medians.get, default=None)
-    focus = best or algorithm
-    mine = pairs.get(focus, {})
-    chosen = kept_by_rule(medians)
-    decision = None if best is None else (TICTAC if chosen else DEFAULT)
+    blocks: dict[str, list[CheckBlock]] = {}
+    for w, s in zip(windows, steps):
+        for worker, rs in s.items():
+            if rs:
+                blocks.setdefault(worker, []).append(CheckBlock(
+                    SCHEDULED if w.tictac else CHECK,
+                    statistics.median(r.step_time for r in rs), tuple(r.step for r in rs)))
     return CheckResult(
-        algorithm=focus, rounds=plan.rounds, block_steps=plan.block_steps,
-        candidates={c: RatioSpread.of(rs) for c, rs in sorted(ratios.items())},
-        rule="keep the candidate order with the largest median paired ratio "
-             f"median(TensorFlow order) / median(TicTac order) when it is >= {KEEP_ABOVE:g}"
-             ", else TensorFlow's order",
-        workers={w: _worker_check(ps) for w, ps in sorted(mine.items())},
-        spread=RatioSpread.of(ratios.get(focus, [])),
-        blocks={w: tuple(CheckBlock(p, m, tuple(steps)) for p, m, _, steps, _ in rs)
-                for w, rs in runs.items()},
-        decision=decision, chosen=chosen,
-        reason="" if best is not None else "no (TicTac, TensorFlow) block pair reached the PS",
-        candidate_workers={c: {w: _worker_check(ps) for w, ps in sorted(ws.items())}
-                           for c, ws in sorted(pairs.items())})
-
-
-def _worker_check(pairs: Sequence[tuple[float, float]]) -> WorkerCheck:
-    """One worker's (median T, median D) pairs of one candidate."""
-    return WorkerCheck(RatioSpread.of(d / t for t, d in pairs),
-                       _median([d for _, d in pairs]), _median([t for t, _ in pairs]))
+        algorithm=focus, rounds=rounds_run, block_steps=plan.block_steps,
+        candidates={c: RatioSpread.of(math.exp(d) for d in v) for c, v in sorted(values.items())},
+        rule=rule.describe(),
+        workers=worker_checks(focus),
+        spread=RatioSpread.of(math.exp(d) for d in values.get(focus, [])),
+        blocks={w: tuple(bs) for w, bs in sorted(blocks.items())},
+        decision=decision, chosen=kept, reason=reason,
+        candidate_workers={c: worker_checks(c) for c in sorted(pairs)},
+        values={c: tuple(v) for c, v in sorted(values.items())},
+        bounds={c: dataclasses.asdict(b) for c, b in sorted(standing.items())})
 
 
 def _median(xs: Sequence[float]) -> float | None:

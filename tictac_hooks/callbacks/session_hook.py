@@ -59,7 +59,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         transfers (default None: no pacing; TAC's rate measured).
       poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
       check_rounds, check_block_steps, recheck_every: the order check, as for
-        :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 3, 0: off;
+        :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 8, 0: off;
         ``--tictac_check_block_steps``, 10 steps per worker; ``--tictac_recheck_every``, 5000).
       align: as for :class:`tictac_hooks.TicTac` (``--tictac_align``); with "auto" (the
         default) it follows ``training``.

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Mapping
 
-from tictac_hooks.callbacks import coverage, planner, saved_order
+from tictac_hooks.callbacks import coverage, order_check, planner, saved_order
 from tictac_hooks.callbacks.settings import TicTacSetupError
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -139,6 +139,9 @@ class Switching:
             self.check_off[other] = str(e)
         for label, name in self.check_extra.items():
             if label in candidates:
+                continue
+            if name == order_check.TF_AGAIN:  # TensorFlow's order again (A/A): no parts
+                candidates[label] = candidates[algorithm]
                 continue
             try:
                 candidates[label] = [

@@ -150,11 +150,8 @@ class StepTimeWriter:
         run, at its last step written."""
         import time
         keep = result.decision != "default"
-        ratio = result.spread.median
-        note = (f"order check ({result.spread.pairs} block pairs): "
-                + (f"median ratio TensorFlow/TicTac step time {ratio:.3f}; " if ratio else "")
-                + (f"TicTac's {str(result.chosen or result.algorithm).upper()} "
-                   "order kept" if keep else "TensorFlow's order kept"))
+        from tictac_hooks.callbacks.check_runner import verdict_line
+        note = verdict_line(result)
         for run, step in sorted(self._last_step.items()):
             self._scalars(run, step, time.time(), {"tictac/choice": 1.0 if keep else 0.0})
             self.text("tictac/check", note, run=run, step=step)

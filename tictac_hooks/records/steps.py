@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any, Iterable, Mapping
 
@@ -99,6 +100,19 @@ class CheckResult:
     # the order that runs after the check: the kept candidate, "default" (TensorFlow's),
     # or where it could not decide the one installed before it (None: not applied yet)
     kept: str | None = None
+    # per candidate: d = log(median TF-order step / median candidate step) per round,
+    # and the rule's standing on them (n, mean, lower, upper, verdict: run/sequential.py)
+    values: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    bounds: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
+    def gain(self, candidate: str | None = None) -> tuple[float, float | None] | None:
+        """(mean gain, its lower bound) of ``candidate`` (default: the focused one), as
+        throughput gains exp(d) - 1; None where no round measured it."""
+        b = self.bounds.get(candidate or self.algorithm)
+        if not b or not b.get("n"):
+            return None
+        lower = b.get("lower")
+        return math.expm1(b["mean"]), None if lower is None else math.expm1(lower)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -117,6 +131,10 @@ class CheckResult:
         if self.candidate_workers:
             out["candidate_workers"] = {c: {w: wc.to_json() for w, wc in ws.items()}
                                         for c, ws in self.candidate_workers.items()}
+        if self.values:
+            out["values"] = {c: list(v) for c, v in self.values.items()}
+        if self.bounds:
+            out["bounds"] = {c: dict(b) for c, b in self.bounds.items()}
         return out
 
     @classmethod
@@ -131,7 +149,9 @@ class CheckResult:
                    f("decision"), f("chosen"), str(d.get("reason", "")),
                    {c: {w: WorkerCheck.from_json(wc) for w, wc in ws.items()}
                     for c, ws in d.get("candidate_workers", {}).items()},
-                   d.get("kept"))
+                   d.get("kept"),
+                   {c: tuple(float(x) for x in v) for c, v in d.get("values", {}).items()},
+                   {c: dict(b) for c, b in d.get("bounds", {}).items()})
 
 
 @dataclasses.dataclass(frozen=True)
