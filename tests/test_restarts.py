@@ -176,3 +176,49 @@ def test_a_job_restarted_after_a_ps_loss_keeps_its_order_and_a_worker_comes_back
     assert w1.get("came_back") == 1 and "lost" not in w1, w1
     assert order["violations"] == 0 and order["followed"] >= order["scheduled_steps"] - 2
     assert order["scheduled_steps"] > 0.8 * records["worker_steps"], order
+
+
+def _saved(algorithm_candidates, kept, link_rate):
+    from tictac_hooks.callbacks import planner, saved_order
+    from tictac_hooks.graph.dag import Graph, Op
+    g = Graph([Op("p0", "recv", channel="ps0", bytes=4000), Op("p1", "recv", channel="ps0",
+                                                               bytes=100),
+               Op("l0", "compute", ("p0", "p1"))])
+    graphs = {"worker": g}
+    parts = {a: planner.parts_for("tic", graphs, None, {"p0", "p1"}, set())
+             for a in algorithm_candidates}
+    return graphs, saved_order.SavedOrder(saved_order.fingerprint(graphs, 1, 1), 1, 1, parts,
+                                          kept, link_rate=link_rate)
+
+
+@pytest.mark.parametrize("algorithm,bandwidth,restored,said", [
+    ("tic", 125e6, True, "the TIC order installed at once, paced at 1 Gbit/s, no profiling"),
+    ("tic", None, True, "installed at once, not paced (no bandwidth given), no profiling"),
+    ("tac", 125e6, False, "holds TIC; this run asks for TAC: profiling again"),
+    ("tic", 250e6, False, "computed for a link of 1 Gbit/s; this run's is 2 Gbit/s: "
+                          "profiling again"),
+])
+def test_a_restored_order_is_paced_and_only_for_its_algorithm_and_link(
+        monkeypatch, algorithm, bandwidth, restored, said):
+    """A saved order runs paced like a switched one (the run's bandwidth), and is not
+    restored for another algorithm or link rate than it was computed for."""
+    from tictac_hooks.callbacks.controller import Controller
+    from tictac_hooks.callbacks.settings import Settings
+    lines = []
+    c = Controller(["127.0.0.1:1"], Settings.resolve(algorithm=algorithm), install=False)
+    monkeypatch.setattr(c, "say", lines.append)
+    monkeypatch.setattr(c, "wait_for_profiled_records", lambda *a, **k: True)
+    graphs, saved = _saved(["tic"], "tic", 125e6)
+    assert c.restore(graphs, saved, "backup/tictac_order.json", bandwidth=bandwidth) is restored
+    assert said in lines[-1], lines
+    assert c.pace_rate == (bandwidth if restored else None)
+
+
+def test_the_fingerprint_holds_the_bytes_of_every_transfer():
+    from tictac_hooks.callbacks import saved_order
+    from tictac_hooks.graph.dag import Graph, Op
+    def g(nbytes):
+        return {"worker": Graph([Op("p0", "recv", channel="ps0", bytes=nbytes),
+                                 Op("l0", "compute", ("p0",))])}
+    assert saved_order.fingerprint(g(100), 1, 1) == saved_order.fingerprint(g(100), 1, 1)
+    assert saved_order.fingerprint(g(100), 1, 1) != saved_order.fingerprint(g(200), 1, 1)

@@ -200,7 +200,8 @@ class StepDriver:
                 return
             try:
                 self.restored = self.controller.restore(
-                    self._find_graphs(), saved, saved_order.path_in(directory))
+                    self._find_graphs(), saved, saved_order.path_in(directory),
+                    bandwidth=getattr(self, "bandwidth", None))
             except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
                 self.controller.say(f"the saved order in {directory} could not be "
                                     f"restored ({type(e).__name__}: {e}): profiling again")

@@ -35,14 +35,27 @@ class SavedOrderError(ValueError):
     """A saved order that cannot be read (the message names the file and what)."""
 
 
+def _version() -> str:
+    """The installed package's version (a source tree not installed: "source")."""
+    from importlib import metadata
+    try:
+        return metadata.version("tictac-hooks")
+    except metadata.PackageNotFoundError:
+        return "source"
+
+
 def fingerprint(graphs: Mapping[str, Graph], ps: int, workers: int) -> str:
     """What a saved order is valid for: the traced step function's DAG (every op's
-    name, kind, inputs and, for a recv, its PS) and the numbers of PS and workers."""
-    h = hashlib.sha256(json.dumps({"ps": ps, "workers": workers}).encode())
+    name, kind, inputs and, for a recv, its PS and bytes: a changed shape or dtype is
+    another DAG), the numbers of PS and workers, and the package's version (another
+    version may compute another order)."""
+    h = hashlib.sha256(json.dumps({"ps": ps, "workers": workers,
+                                   "version": _version()}).encode())
     for key in sorted(graphs):
         h.update(key.encode())
         for op in sorted(graphs[key].ops, key=lambda o: o.name):
-            h.update(json.dumps([op.name, op.kind, sorted(op.inputs), op.channel]).encode())
+            h.update(json.dumps([op.name, op.kind, sorted(op.inputs), op.channel,
+                                 int(getattr(op, "bytes", 0) or 0)]).encode())
     return h.hexdigest()[:16]
 
 

@@ -152,11 +152,14 @@ class Switching:
                 self.say(f"the order check leaves {label} out: {e}")
 
     def restore(self, graphs: Graph | Mapping[str, Graph],
-                saved: "saved_order.SavedOrder", path: str) -> bool:
+                saved: "saved_order.SavedOrder", path: str,
+                bandwidth: float | None = None) -> bool:
         """The switch from an order saved by an earlier run of this job (``path``): if
-        it was saved for this step function's DAG (``graphs``, as traced) on a cluster
-        of this shape, installs the order it kept and checks it as usual, and returns
-        True; else says why in one line and returns False (profile again)."""
+        it was saved for this step function's DAG (``graphs``, as traced: names,
+        inputs, PS and bytes) on a cluster of this shape, by this version, for this
+        run's algorithm and link rate (``bandwidth``, which paces it as the switch
+        would), installs the order it kept and checks it as usual, and returns True;
+        else says why in one line and returns False (profile again)."""
         if isinstance(graphs, Graph):
             graphs = {"worker": graphs}
         here = saved_order.fingerprint(graphs, len(self.ps_addresses), self.spread_over)
@@ -166,6 +169,18 @@ class Switching:
                      f"DAG(s), {len(self.ps_addresses)} PS x {self.spread_over} workers): "
                      f"profiling again")
             return False
+        algorithm = self.settings.algorithm
+        if algorithm not in saved.candidates:
+            self.say(f"the order saved in {path} holds {', '.join(c.upper() for c in saved.candidates)}"
+                     f"; this run asks for {algorithm.upper()}: profiling again")
+            return False
+        if bandwidth and saved.link_rate and abs(bandwidth / saved.link_rate - 1) > 0.01:
+            self.say(f"the order saved in {path} was computed for a link of "
+                     f"{saved.link_rate * 8 / 1e9:.3g} Gbit/s; this run's is "
+                     f"{bandwidth * 8 / 1e9:.3g} Gbit/s: profiling again")
+            return False
+        if bandwidth:
+            self.pace_rate = float(bandwidth)
         self._fingerprint, self.restored_from = here, path
         # A gate enforces the listed names it has served (a PS serves the chief's own
         # reads first): it installs once a worker step was served, as the switch does.
@@ -183,9 +198,12 @@ class Switching:
             self.runner.installed = algorithm
         self.steplog.switched_at = time.time()
         kept = f"the {algorithm.upper()} order" if saved.kept else "TensorFlow's order"
+        paced = ("" if saved.kept is None else
+                 f", paced at {self.pace_rate * 8 / 1e9:.3g} Gbit/s" if self.pace_rate
+                 else ", not paced (no bandwidth given)")
         self.say(f"order restored from {path} (saved for this step function on "
                  f"{len(self.ps_addresses)} PS x {self.spread_over} workers): {kept} "
-                 "installed at once, no profiling")
+                 f"installed at once{paced}, no profiling")
         self.runner.start()
         return True
 
