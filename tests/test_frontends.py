@@ -181,7 +181,7 @@ def test_switch_check_and_summary(adapter, gate, tmp_path, monkeypatch):
     # the state for the steps after the one it was told of, so the first block also
     # holds the step right after the switch.
 
-    plan = order_check.CheckPlan(ROUNDS, BLOCK)
+    plan = frontend.controller.runner.plan  # (its seed drawn at the check's start)
     assert versions[:PROFILE_STEPS] == [None] * PROFILE_STEPS
     during = versions[PROFILE_STEPS:PROFILE_STEPS + plan.total_steps + 1]
     expected = [True] + [plan.scheduled_block(n) for n in range(plan.total_steps)]

@@ -40,14 +40,21 @@ def run_blocks(plan, times, workers=(W0,), steps=4, rounds=None, jitter=0.0, see
     return recs, windows
 
 
-def test_plan_runs_abba_rounds_and_checks_its_arguments():
-    plan = CheckPlan(rounds=3, block_steps=3)
+def test_plan_runs_rounds_in_a_seeded_random_order_and_checks_its_arguments():
+    """The first round runs T first (the switch's order is in place), later rounds T or
+    D first by the seed's sequence: both, about equally, in no fixed pattern."""
+    plan = CheckPlan(rounds=3, block_steps=3, seed=6)
     assert plan.total_steps == 18
+    assert [plan.t_first(r) for r in range(3)] == [True, False, True]
     assert [plan.scheduled_block(n) for n in range(18)] == \
         [True] * 3 + [False] * 6 + [True] * 6 + [False] * 3
-    two = CheckPlan(rounds=2, block_steps=3, candidates=("tic", "tac"))
+    two = CheckPlan(rounds=2, block_steps=3, candidates=("tic", "tac"), seed=6)
     assert [two.block(3 * i) for i in range(8)] == ["tic", None, "tac", None,
                                                      None, "tic", None, "tac"]
+    firsts = [CheckPlan(8, 3, seed=s).t_first(r) for s in range(50) for r in range(1, 8)]
+    assert 0.4 < sum(firsts) / len(firsts) < 0.6
+    assert len({tuple(CheckPlan(8, 3, seed=s).t_first(r) for r in range(8))
+                for s in range(50)}) > 20
     for bad in (dict(rounds=-1, block_steps=3), dict(rounds=1, block_steps=1),
                 dict(rounds=1.5, block_steps=3), dict(rounds=True, block_steps=3)):
         with pytest.raises(ValueError, match="check"):

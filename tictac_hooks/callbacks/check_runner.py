@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import random
 import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -55,6 +56,8 @@ class CheckRunner:
                  on_result: "Callable[[CheckResult], None] | None" = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.plan = plan
+        # the plan's seed as given (None: each check draws one)
+        self._given_seed = plan.seed if plan is not None else None
         self.recheck_every = recheck_every
         self.installs = installs
         self._join = join
@@ -137,7 +140,8 @@ class CheckRunner:
                 self.not_checked[c] = "fewer than two transfers to order"
         if self.plan is not None:
             self.plan = order_check.CheckPlan(self.plan.rounds, self.plan.block_steps,
-                                              tuple(checked), max(1, workers))
+                                              tuple(checked), max(1, workers),
+                                              self.plan.seed)
 
     def start(self) -> None:
         """The check begins with the next dispatched step; one line says what it runs."""
@@ -237,7 +241,7 @@ class CheckRunner:
             raise ValueError(f"check again with {list(candidates)}: the switch computed "
                              f"{sorted(self.candidates)}")
         self.plan = order_check.CheckPlan(rounds, self.plan.block_steps, tuple(candidates),
-                                          self.plan.workers)
+                                          self.plan.workers, self._given_seed)
         self._begin_check()
 
     def _begin_check(self, opened: bool = False) -> None:
@@ -246,6 +250,9 @@ class CheckRunner:
         self._after_switch = []
         self.windows = []
         self.n = 0
+        if self._given_seed is None:  # each check draws its order of the sides
+            self.plan = dataclasses.replace(self.plan,
+                                            seed=random.SystemRandom().randrange(1 << 31))
         self._active = self.plan.candidates
         self._round = 0
         self._blocks = self.plan.round_blocks(0, self._active)

@@ -4,9 +4,13 @@ After the switch the training loop runs rounds of blocks of ``block_steps`` step
 worker* each: under ParameterServerStrategy the loop dispatches a block of
 ``block_steps x workers`` steps, which the coordinator spreads over the workers. A
 round holds, for each candidate order still in the check, a block with that order
-installed (T) and one with the PSes cleared (D, TensorFlow's order), in ABBA order: T
-then D in even rounds, D then T in odd ones, so that neither side is always first
-(machine drift, warm caches).
+installed (T) and one with the PSes cleared (D, TensorFlow's order). The first round
+runs T first (the switch's order is in place); each later round T or D first by a
+pseudo-random sequence (``seed``), so neither side is always first and no fixed pattern
+lines up with a periodic load of the machine: strict ABBA (T D, D T, ...) did, on this
+machine, keeping TensorFlow's own order as "faster" in 10 % of resampled checks
+(benchmarks/check_error_rates.py), against 3 % in random order. Each check draws its
+seed (``seed`` None) unless the plan gives one; the result records it.
 
 Clean blocks: at every block boundary the runner waits for the dispatched steps
 (check_runner.py), installs the block's order, and opens the block's window once the
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import statistics
 from typing import Iterable, Mapping, Sequence
 
@@ -55,6 +60,7 @@ class CheckPlan:
     block_steps: int
     candidates: tuple[str, ...] = ()
     workers: int = 1
+    seed: int | None = None   # the sides' order; None: drawn when the check starts
 
     def __post_init__(self) -> None:
         for name in ("rounds", "block_steps", "workers"):
@@ -94,13 +100,19 @@ class CheckPlan:
                                max_rounds=rounds,
                                candidates=candidates or len(self.names))
 
-    @staticmethod
-    def round_blocks(round_: int, names: Sequence[str]) -> list[str | None]:
+    def t_first(self, round_: int) -> bool:
+        """Whether round ``round_`` (0-based) runs each candidate's T block first: the
+        first round does; later ones by the plan's pseudo-random sequence."""
+        return round_ == 0 or random.Random((self.seed or 0) * 1_000_003
+                                            + round_).random() < 0.5
+
+    def round_blocks(self, round_: int, names: Sequence[str]) -> list[str | None]:
         """The blocks of round ``round_`` (0-based) for ``names``: per candidate its T
-        block (the name) and its D block (None), T first in even rounds (ABBA)."""
+        block (the name) and its D block (None), in the round's order."""
+        first = self.t_first(round_)
         out: list[str | None] = []
         for c in names:
-            out += [c, None] if round_ % 2 == 0 else [None, c]
+            out += [c, None] if first else [None, c]
         return out
 
     def block(self, dispatched: int) -> str | None:
@@ -262,7 +274,8 @@ def decide(records: Sequence[WorkerStep], plan: CheckPlan, windows: Sequence[Win
         decision=decision, chosen=kept, reason=reason,
         candidate_workers={c: worker_checks(c) for c in sorted(pairs)},
         values={c: tuple(v) for c, v in sorted(values.items())},
-        bounds={c: dataclasses.asdict(b) for c, b in sorted(standing.items())})
+        bounds={c: dataclasses.asdict(b) for c, b in sorted(standing.items())},
+        seed=plan.seed)
 
 
 def _median(xs: Sequence[float]) -> float | None:

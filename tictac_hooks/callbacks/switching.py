@@ -171,8 +171,9 @@ class Switching:
             return False
         algorithm = self.settings.algorithm
         if algorithm not in saved.candidates:
-            self.say(f"the order saved in {path} holds {', '.join(c.upper() for c in saved.candidates)}"
-                     f"; this run asks for {algorithm.upper()}: profiling again")
+            held = ", ".join(c.upper() for c in saved.candidates)
+            self.say(f"the order saved in {path} holds {held}; this run asks for "
+                     f"{algorithm.upper()}: profiling again")
             return False
         if bandwidth and saved.link_rate and abs(bandwidth / saved.link_rate - 1) > 0.01:
             self.say(f"the order saved in {path} was computed for a link of "

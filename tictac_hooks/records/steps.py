@@ -104,6 +104,7 @@ class CheckResult:
     # and the rule's standing on them (n, mean, lower, upper, verdict: run/sequential.py)
     values: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
     bounds: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    seed: int | None = None         # the order of each round's sides (CheckPlan.seed)
 
     def gain(self, candidate: str | None = None) -> tuple[float, float | None] | None:
         """(mean gain, its lower bound) of ``candidate`` (default: the focused one), as
@@ -135,6 +136,8 @@ class CheckResult:
             out["values"] = {c: list(v) for c, v in self.values.items()}
         if self.bounds:
             out["bounds"] = {c: dict(b) for c, b in self.bounds.items()}
+        if self.seed is not None:
+            out["seed"] = self.seed
         return out
 
     @classmethod
@@ -151,7 +154,8 @@ class CheckResult:
                     for c, ws in d.get("candidate_workers", {}).items()},
                    d.get("kept"),
                    {c: tuple(float(x) for x in v) for c, v in d.get("values", {}).items()},
-                   {c: dict(b) for c, b in d.get("bounds", {}).items()})
+                   {c: dict(b) for c, b in d.get("bounds", {}).items()},
+                   d.get("seed"))
 
 
 @dataclasses.dataclass(frozen=True)
