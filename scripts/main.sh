@@ -13,8 +13,8 @@ export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # applies, once per process: leave those lines out, keep everything else on stderr.
 banner='oneDNN custom operations are on|All log messages before absl::InitializeLog|cpu_feature_guard|rebuild TensorFlow with the appropriate compiler flags|To enable the following instructions'
 status=0
-.venv/bin/python examples/keras_ps_train.py --steps 400 --tictac_check_rounds=2 \
-  --tictac_check_block_steps=20 "$@" \
+.venv/bin/python examples/keras_ps_train.py --steps 700 \
+  --tictac_check_block_steps=10 "$@" \
   2> >(grep -Ev "$banner" >&2) || status=$?
 wait
 exit "$status"
