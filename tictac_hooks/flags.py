@@ -71,8 +71,8 @@ flags.DEFINE_integer(
     "tictac_check_rounds", DEFAULTS["check_rounds"],
     "The order check after the switch: at most this many rounds, each a block in a "
     "TicTac order (TIC, and TAC where compute times were measured) and one in "
-    "TensorFlow's, in ABBA order; from round 3 on the rounds stop as soon as a one-sided "
-    "t test shows an order faster than TensorFlow's (99 %, kept) or not 3 % faster "
+    "TensorFlow's, either first at random; from round 3 on the rounds stop as soon as "
+    "a one-sided t test shows an order faster than TensorFlow's (99 %, kept) or not 3 % faster "
     "(90 %, TensorFlow's order kept); an order not shown faster is not kept "
     "(default 8; 0: no check, keep TicTac's order).", lower_bound=0)
 flags.DEFINE_integer(

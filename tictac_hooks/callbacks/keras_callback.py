@@ -86,9 +86,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         parsed, else 1048576 (1 MiB).
       check_rounds: the order check after the switch: at most this many rounds, each a
         block in each TicTac order (TIC, and TAC where compute times are measured) and
-        one in TensorFlow's (ABBA); from round 3 on it stops as soon as a one-sided t
-        test shows an order faster (kept) or not 3 % faster; an order not shown faster
-        is not kept. 0: no check, TicTac's order stays. None:
+        one in TensorFlow's (either first at random); from round 3 on it stops as
+        soon as a one-sided t test shows an order faster (kept) or not 3 % faster; an
+        order not shown faster is not kept. 0: no check, TicTac's order stays. None:
         ``--tictac_check_rounds`` if parsed, else 8.
       check_block_steps: training steps per worker per block of the check, >= 3 (a
         block's first and last steps are not measured); a block runs this many
