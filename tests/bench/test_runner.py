@@ -134,14 +134,16 @@ def test_quick_bench_on_a_shaped_network(tmp_path):
     # "checked" ran TicTac's order check (1 round: a TIC and a TAC block pair, 3 steps
     # each) and its blocks ran what it kept: that order enforced, or none at all
     check = result["schedules"]["checked"]["check"]
-    assert check["steps"] == 12 and check["decision"] in ("tictac", "default"), check
-    assert set(check["candidates"]) == {"tic", "tac"}, check
+    # TIC and TAC, or one of them where their orders are the same (checked once)
+    n = len(check["candidates"])
+    assert set(check["candidates"]) <= {"tic", "tac"} and n >= 1, check
+    assert check["steps"] == 6 * n and check["decision"] in ("tictac", "default"), check
     assert (check["kept"] in ("tic", "tac")) == (check["decision"] == "tictac"), check
     if check["kept"]:
         assert result["schedules"]["checked"]["matched"] > 0.9
     else:
         assert not result["schedules"]["checked"]["matched"]
-    assert "[bench mobilenetv2/inference/W2/P1] order check (12 steps" in stderr
+    assert f"[bench mobilenetv2/inference/W2/P1] order check ({6 * n} steps" in stderr
     # each round held the calibration blocks, and the simulator got their medians
     from tictac_hooks.bench.predict import load_inputs
     (run,) = result["runs"]

@@ -140,17 +140,19 @@ def run_order_check(cfg: dict, r: Any, controller: Any) -> CheckSummary:
     as a frontend dispatches them) and returns what it decided, for the result."""
     controller.resume()
     t0, before = time.time(), len(controller.check_results)
+    ran = 0  # the check's steps (it stops at its decision, at most total_steps)
     for _ in range(controller.check.total_steps + 1):  # the step after the last decides
         r.step(0)
         controller.step_dispatched()
         if len(controller.check_results) > before:
             break
+        ran += 1
     controller.suspend()
     result = controller.check_result if len(controller.check_results) > before else None
     if result is None:
         raise RuntimeError("the order check of schedule 'checked' reached no decision")
     info = CheckSummary(decision=result.decision, kept=controller.kept_order,
-                        seconds=time.time() - t0, steps=controller.check.total_steps,
+                        seconds=time.time() - t0, steps=ran,
                         candidates={c: spread.median
                                     for c, spread in result.candidates.items()})
     ratios = ", ".join(f"{c.upper()} {(v - 1) * 100:+.1f} %" for c, v in
