@@ -31,6 +31,7 @@ measures its error rates.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import random
@@ -152,12 +153,16 @@ class Window:
 def block_steps_of(records: Iterable[WorkerStep], windows: Sequence[Window]
                    ) -> list[dict[str, list[WorkerStep]]]:
     """Per window, worker -> its measured steps in that block, in time order: each
-    worker's first step in the window, paused steps and steps without a time dropped."""
+    worker's first step in the window, paused steps and steps without a time dropped.
+    Each window reads only the records that start inside it (bisection on the sorted
+    starts), so a look costs O(records log records), not records x windows."""
     ordered = sorted(records, key=lambda r: r.start)
+    starts = [r.start for r in ordered]
     out: list[dict[str, list[WorkerStep]]] = []
     for w in windows:
         by_worker: dict[str, list[WorkerStep]] = {}
-        for r in ordered:
+        lo, hi = bisect.bisect_left(starts, w.start), bisect.bisect_left(starts, w.end)
+        for r in ordered[lo:hi]:
             if w.holds(r):
                 by_worker.setdefault(r.worker, []).append(r)
         out.append({worker: [r for r in rs[1:] if r.step_time is not None and not r.paused_s]
@@ -165,10 +170,9 @@ def block_steps_of(records: Iterable[WorkerStep], windows: Sequence[Window]
     return out
 
 
-def _median_of(steps: Mapping[str, list[WorkerStep]], worker: str | None = None
-               ) -> float | None:
-    times = [r.step_time for w, rs in steps.items() if worker in (None, w) for r in rs]
-    return statistics.median(times) if times else None
+def _pooled_median(steps: Mapping[str, list[WorkerStep]] | None) -> float | None:
+    """The median step time of a block, every worker's steps pooled."""
+    return _median([r.step_time for rs in (steps or {}).values() for r in rs])
 
 
 @dataclasses.dataclass
@@ -177,38 +181,38 @@ class _Pair:
 
     t: dict[str, list[WorkerStep]] | None = None
     d: dict[str, list[WorkerStep]] | None = None
-    t_window: int = -1
-    d_window: int = -1
 
 
-def _pairs(records: Sequence[WorkerStep], windows: Sequence[Window]
-           ) -> tuple[dict[str, dict[int, _Pair]], list[dict[str, list[WorkerStep]]]]:
-    """candidate -> round -> its two blocks' steps (either may be missing)."""
-    steps = block_steps_of(records, windows)
+def _pairs(steps: Sequence[dict[str, list[WorkerStep]]], windows: Sequence[Window]
+           ) -> dict[str, dict[int, _Pair]]:
+    """candidate -> round -> its two blocks' steps (either may be missing), from
+    ``steps``, :func:`block_steps_of` of ``windows``."""
     out: dict[str, dict[int, _Pair]] = {}
-    for i, (w, s) in enumerate(zip(windows, steps)):
+    for w, s in zip(windows, steps):
         p = out.setdefault(w.candidate, {}).setdefault(w.round, _Pair())
         if w.tictac:
-            p.t, p.t_window = s, i
+            p.t = s
         else:
-            p.d, p.d_window = s, i
-    return out, steps
+            p.d = s
+    return out
+
+
+def _values(pairs: Mapping[str, Mapping[int, _Pair]]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for c, rounds in pairs.items():
+        values = out.setdefault(c, [])
+        for _, p in sorted(rounds.items()):
+            mt, md = _pooled_median(p.t), _pooled_median(p.d)
+            if mt and md:
+                values.append(math.log(md / mt))
+    return out
 
 
 def round_values(records: Sequence[WorkerStep], windows: Sequence[Window]
                  ) -> dict[str, list[float]]:
     """candidate -> d = log(median D / median T) per complete round, in round order
     (a round where either block measured no step gives no value)."""
-    pairs, _ = _pairs(records, windows)
-    out: dict[str, list[float]] = {}
-    for c, rounds in pairs.items():
-        values = out.setdefault(c, [])
-        for _, p in sorted(rounds.items()):
-            mt = _median_of(p.t) if p.t is not None else None
-            md = _median_of(p.d) if p.d is not None else None
-            if mt and md:
-                values.append(math.log(md / mt))
-    return out
+    return _values(_pairs(block_steps_of(records, windows), windows))
 
 
 def decide(records: Sequence[WorkerStep], plan: CheckPlan, windows: Sequence[Window],
@@ -218,8 +222,9 @@ def decide(records: Sequence[WorkerStep], plan: CheckPlan, windows: Sequence[Win
     run/sequential.py's rule (``decision`` TICTAC or DEFAULT, ``chosen`` the kept
     candidate). ``final``: no more rounds will run (a candidate still open is not
     kept). ``decision`` is None when no round measured both blocks of any candidate."""
-    pairs, steps = _pairs(records, windows)
-    values = round_values(records, windows)
+    steps = block_steps_of(records, windows)
+    pairs = _pairs(steps, windows)
+    values = _values(pairs)
     names = [c for c in plan.names if c in pairs] or sorted(pairs)
     rule = plan.rule(len(names) or None)
     kept, over, standing = rule.look({c: values.get(c, []) for c in names})
@@ -248,12 +253,13 @@ def decide(records: Sequence[WorkerStep], plan: CheckPlan, windows: Sequence[Win
         for worker in workers:
             ratios, ts, ds = [], [], []
             for p in pairs[c].values():
-                mt = _median_of(p.t, worker) if p.t else None
-                md = _median_of(p.d, worker) if p.d else None
+                t = [r.step_time for r in (p.t or {}).get(worker, [])]
+                d = [r.step_time for r in (p.d or {}).get(worker, [])]
+                mt, md = _median(t), _median(d)
                 if mt and md:
                     ratios.append(md / mt)
-                    ts += [r.step_time for r in p.t.get(worker, [])]
-                    ds += [r.step_time for r in p.d.get(worker, [])]
+                    ts += t
+                    ds += d
             out[worker] = WorkerCheck(RatioSpread.of(ratios), _median(ds), _median(ts))
         return out
 
