@@ -155,11 +155,11 @@ def measure(runs: list[dict[str, Any]], checks: int, seed: int = 0,
             for r in runs if r["values"].get(TF_AGAIN)]
     out["real_aa"] = {"kept": sum(k for k, _ in real), "of": len(real),
                       "rounds": statistics.median(n for _, n in real) if real else None}
+    usable = [(streams(r), (block_steps or r["block_steps"]) - 1) for r in runs]
+    usable = [(s, b) for s, b in usable if s]  # each run's streams, once for every gain
     for label, gain in (("aa", 0.0), ("plus10", 0.10), ("plus5", 0.05), ("plus20", 0.20)):
         rng = random.Random(seed)
         results = []
-        usable = [(streams(r), (block_steps or r["block_steps"]) - 1) for r in runs]
-        usable = [(s, b) for s, b in usable if s]
         for i in range(checks):
             s, per_block = usable[i % len(usable)]
             got = resample(s, per_block, gain, rule, rng)
