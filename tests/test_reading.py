@@ -133,6 +133,10 @@ def test_the_summary_counts_each_dispatched_step_once(gate, cursor):
     times = per_ps["read_time"]  # each read of the PS, timed
     assert times["reads"] >= 1 and 0 < times["mean_ms"] <= times["max_ms"], times
     assert reading.records_summary(3, steplog, None, [PS]) == {"dispatched": 3}
+    # No step ran a schedule: the order's counts say 0, none is left out.
+    order = steplog.summary()["order"]
+    assert order == {"scheduled_steps": 0, "followed": 0, "partly_ordered": 0, "skips": 0,
+                     "violations": 0, "early_released": 0}, order
 
 
 def test_a_silent_worker_whose_task_does_not_answer_is_lost_once(gate, cursor):

@@ -136,6 +136,10 @@ class _Numbers:
         return sum(1 for n in self._set if lo < n < hi)
 
 
+ORDER_COUNTS = ("scheduled_steps", "followed", "partly_ordered", "skips", "violations",
+                "early_released")
+
+
 class StepLog:
     """Merges PS step records into per-worker steps (see module docstring)."""
 
@@ -175,8 +179,9 @@ class StepLog:
         self.step_times: dict[tuple[str, int], collections.deque] = collections.defaultdict(
             lambda: collections.deque(maxlen=_KEEP_STEP_TIMES))
         self.step_counts: collections.Counter[tuple[str, int]] = collections.Counter()
-        # scheduled / followed / skips / violations / early_released
-        self.order = collections.Counter()
+        # Every count present, zero included: a run whose check kept TensorFlow's order
+        # says it scheduled 0 steps rather than leaving the count out.
+        self.order = collections.Counter(dict.fromkeys(ORDER_COUNTS, 0))
         # Steps counted but left out of the medians, per worker and reason.
         self.excluded: dict[str, collections.Counter] = collections.defaultdict(
             collections.Counter)
