@@ -30,7 +30,7 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tictac_hooks.callbacks.frontend import StepDAG  # noqa: E402
+from tictac_hooks.run.driver import StepDAG  # noqa: E402
 from tictac_hooks.enforce import inprocess  # noqa: E402
 from tictac_hooks.enforce.gate import Gate  # noqa: E402
 from tictac_hooks.graph.dag import Graph, Op  # noqa: E402

@@ -51,8 +51,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from tictac_hooks.callbacks.order_check import TF_AGAIN, CheckPlan, Window  # noqa: E402
-from tictac_hooks.callbacks.order_check import block_steps_of  # noqa: E402
+from tictac_hooks.run.order_check import TF_AGAIN, CheckPlan, Window  # noqa: E402
+from tictac_hooks.run.order_check import block_steps_of  # noqa: E402
 from tictac_hooks.records import WorkerStep  # noqa: E402
 from tictac_hooks.run.sequential import GO_ON, KEEP, Rule  # noqa: E402
 

@@ -23,8 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from tictac_hooks.bench import workloads  # noqa: E402
-from tictac_hooks.callbacks.controller import Controller  # noqa: E402
-from tictac_hooks.callbacks.settings import Settings  # noqa: E402
+from tictac_hooks.run.controller import Controller  # noqa: E402
+from tictac_hooks.run.settings import Settings  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
 from tictac_hooks.enforce.client import steps_everywhere  # noqa: E402
 from tictac_hooks.graph.tf.traced import traced_worker_graphs  # noqa: E402

@@ -65,7 +65,7 @@ def print_summary(tictac: Any, log_dir: str) -> None:
     for worker, s in summary.get("workers", {}).items():
         before = s.get("profiling_median_step_time")
         after = s.get("scheduled_median_step_time")
-        from tictac_hooks.callbacks.tensorboard import worker_run_name
+        from tictac_hooks.run.tensorboard import worker_run_name
         line = f"  {worker_run_name(worker)}: {s['steps']} steps"
         if s.get("missing"):
             line += f" ({s['missing']} more not recorded)"
@@ -87,7 +87,7 @@ def print_summary(tictac: Any, log_dir: str) -> None:
                   f"{c['pairs']} rounds, range {(c['ratio_min'] - 1) * 100:+.1f} to "
                   f"{(c['ratio_max'] - 1) * 100:+.1f} %)")
     if check:
-        from tictac_hooks.callbacks.check_runner import verdict_line
+        from tictac_hooks.run.check_runner import verdict_line
         from tictac_hooks.records import CheckResult
         result = CheckResult.from_json(check | {"blocks": {}})
         print(f"  {verdict_line(result, check.get('same_as'))}")

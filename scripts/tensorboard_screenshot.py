@@ -5,7 +5,7 @@ Starts TensorBoard on LOG_DIR (loopback, a free port), waits until it serves the
 ``tictac/*`` scalars, opens the Scalars dashboard filtered to the step-time and phase
 charts with smoothing off (``?forceSVG=true``: headless Chromium has no WebGL), and
 writes the screenshot. Each worker's step-time chart draws TensorFlow's order and
-TicTac's as two colours (callbacks/tensorboard.py), so the switch and the order check's
+TicTac's as two colours (run/tensorboard.py), so the switch and the order check's
 blocks are where the colour changes.
 
     .venv/bin/python scripts/tensorboard_screenshot.py runs/keras_ps_train docs/tensorboard.png

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from tictac_hooks.callbacks.order_check import Window
+from tictac_hooks.run.order_check import Window
 from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
 
 

@@ -1,13 +1,13 @@
-"""The order check as it runs (callbacks/check_runner.py), against a gate in this
+"""The order check as it runs (run/check_runner.py), against a gate in this
 process: the block sequence it installs and clears, step by step; its decision on given
 step records, and what the gate runs after it; suspension, re-checks and a failed
 switch. The statistics themselves are test_order_check.py's."""
 
 import pytest
 
-from tictac_hooks.callbacks import order_check, planner
-from tictac_hooks.callbacks.check_runner import CheckRunner
-from tictac_hooks.callbacks.order_check import CheckPlan
+from tictac_hooks.run import order_check, planner
+from tictac_hooks.run.check_runner import CheckRunner
+from tictac_hooks.run.order_check import CheckPlan
 from tictac_hooks.enforce import inprocess
 from tictac_hooks.enforce.client import clear_everywhere
 from tictac_hooks.enforce.gate import Gate

@@ -1,4 +1,4 @@
-"""Cluster-spec parsing (callbacks/cluster_spec.py): the PS and worker addresses of a
+"""Cluster-spec parsing (run/cluster_spec.py): the PS and worker addresses of a
 dict, a sparse job or a tf.train.ClusterSpec-like object; the error without a PS job;
 and whether a task at an address answers."""
 
@@ -7,10 +7,10 @@ import types
 import grpc
 import pytest
 
-from tictac_hooks.callbacks.cluster_spec import (_job_tasks, ps_addresses_from_cluster_spec,
+from tictac_hooks.run.cluster_spec import (_job_tasks, ps_addresses_from_cluster_spec,
                                                  task_addresses_from_cluster_spec,
                                                  task_answers)
-from tictac_hooks.callbacks.settings import TicTacSetupError
+from tictac_hooks.run.settings import TicTacSetupError
 from tictac_hooks.ports import free_port
 
 SPEC = {"ps": ["h0:2222", "h1:2222"], "worker": ["w0:2222", "w1:2222", "w2:2222"]}

@@ -47,7 +47,7 @@ def _fit_subclassed_model():
 def test_the_step_is_replayed_under_the_dags_names_and_this_process_is_untouched():
     import tensorflow as tf
     import tf_keras as keras
-    from tictac_hooks.callbacks.compute_profile import profile_step
+    from tictac_hooks.run.compute_profile import profile_step
     from tictac_hooks.graph.tf.functions import extract_concrete_function
     from tictac_hooks.patches import keras_internals
 
@@ -78,7 +78,7 @@ def test_the_step_is_replayed_under_the_dags_names_and_this_process_is_untouched
 
 def test_a_step_that_captures_a_table_is_refused_in_one_line(caplog):
     import tensorflow as tf
-    from tictac_hooks.callbacks.compute_profile import compute_times_for
+    from tictac_hooks.run.compute_profile import compute_times_for
 
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(["a", "b"], [0, 1], tf.string, tf.int64), -1)
@@ -93,7 +93,7 @@ def test_a_step_that_captures_a_table_is_refused_in_one_line(caplog):
 
 
 def test_the_childs_error_is_its_last_error_line():
-    from tictac_hooks.callbacks.compute_profile import _last_error
+    from tictac_hooks.run.compute_profile import _last_error
     stderr = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
               "tensorflow.python.framework.errors_impl.InvalidArgumentError: Graph "
               "execution error:\n\nDetected at node x\nInvalidArgumentError: indices[10,0] "

@@ -257,7 +257,7 @@ def test_transformer_ties_its_embeddings():
 
 def test_order_results_per_worker():
     """From the check's own statistics (order_check.decide on step records)."""
-    from tictac_hooks.callbacks import order_check
+    from tictac_hooks.run import order_check
     from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
     w0 = "/job:worker/replica:0/task:0/device:CPU:0"
     w1 = "/job:worker/replica:0/task:1/device:CPU:0"
@@ -301,7 +301,7 @@ def test_order_results_per_worker():
 def test_with_the_check_is_the_kept_order_in_fresh_blocks_or_tensorflow_order():
     """with_check: the held-out check of the kept order (the second CheckResult), or
     TensorFlow's order by construction where the check kept it."""
-    from tictac_hooks.callbacks import order_check
+    from tictac_hooks.run import order_check
     from tictac_hooks.records import CHECK, SCHEDULED, WorkerStep
     w0 = "/job:worker/replica:0/task:0/device:CPU:0"
 
@@ -411,8 +411,8 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     order that cannot be computed is left out with why (``check_off``)."""
     from test_frontends import PS, PROFILE_STEPS, Workers, _dag, _keras
 
-    from tictac_hooks.callbacks import order_check
-    from tictac_hooks.callbacks.frontend import StepDAG
+    from tictac_hooks.run import order_check
+    from tictac_hooks.run.driver import StepDAG
     from tictac_hooks.enforce import inprocess
     from tictac_hooks.enforce.gate import Gate
     rounds, block = 2, 3

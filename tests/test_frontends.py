@@ -21,8 +21,8 @@ import types
 
 import pytest
 
-from tictac_hooks.callbacks import order_check
-from tictac_hooks.callbacks.frontend import StepDAG
+from tictac_hooks.run import order_check
+from tictac_hooks.run.driver import StepDAG
 from tictac_hooks.enforce import inprocess
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.graph.dag import Graph, Op
@@ -488,7 +488,7 @@ def test_a_failed_compute_profile_turns_tac_off_in_one_line_and_training_goes_on
     """algorithm="tac" whose profile fails: one warning line (no traceback), TIC from
     the switch on, and the order check says it tries TIC only, and why."""
     import logging
-    from tictac_hooks.callbacks import compute_profile
+    from tictac_hooks.run import compute_profile
     from tictac_hooks.callbacks.step_function import profile_for
 
     def fails(*args, **kwargs):
@@ -604,7 +604,7 @@ def test_a_long_epoch_loses_no_step(monkeypatch, tmp_path):
     assert records["dropped"] == 0 and records["missing"] == 0, records
     assert records["worker_steps"] == records["dispatched"] == 600, records
     assert all(w["steps"] == 300 for w in summary["workers"].values()), summary["workers"]
-    from tictac_hooks.callbacks.tensorboard import read_scalars
+    from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path))
     for run in ("worker_0", "worker_1"):
         assert [s for s, _ in sorted(scalars[run]["tictac/phase"])] == list(range(300))
@@ -618,8 +618,8 @@ def test_lost_records_are_gaps_not_steps_and_the_steps_keep_their_numbers(monkey
     gate = Gate(skip_after_s=5.0, window_bytes=0, max_active_steps=1, history=4)
     with inprocess.serve_in_process(PS, gate):
         from tictac_hooks import TicTac
-        monkeypatch.setattr("tictac_hooks.callbacks.reading.READ_EVERY_S", 3600.0)
-        monkeypatch.setattr("tictac_hooks.callbacks.reading.READ_EVERY_STEPS", 20)
+        monkeypatch.setattr("tictac_hooks.run.reading.READ_EVERY_S", 3600.0)
+        monkeypatch.setattr("tictac_hooks.run.reading.READ_EVERY_STEPS", 20)
         # the reads paced as if the gate kept 80 (it keeps 4)
         monkeypatch.setattr("tictac_hooks.enforce.cursor.RecordCursor.smallest_history",
                             lambda self: 80)
@@ -631,7 +631,7 @@ def test_lost_records_are_gaps_not_steps_and_the_steps_keep_their_numbers(monkey
     # Every dispatched step is either recorded or missing (counted in a gap).
     assert worker["steps"] + worker["missing"] == 100, worker
     assert worker["excluded"].get("before_gap", 0) > 0, worker
-    from tictac_hooks.callbacks.tensorboard import read_scalars
+    from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path))
     numbers = sorted(s for s, _ in scalars["worker_0"]["tictac/phase"])
     assert numbers[-1] == 99 and len(numbers) == worker["steps"], numbers

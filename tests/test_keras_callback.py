@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import Settings, TicTacSetupError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "keras_ps_train.py")
@@ -82,7 +82,7 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
         assert counted + sum(s["excluded"].values()) == s["steps"], s
         assert s.get("check_steps", 0) > 0, s
 
-    from tictac_hooks.callbacks.tensorboard import read_scalars
+    from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path / "tb"))
     profiled = 0
     for run in ("worker_0", "worker_1"):
@@ -477,7 +477,7 @@ def test_an_example_rejects_a_count_flag_below_its_bound_before_any_tensorflow_w
 
 
 def _step_times(log_dir: str) -> dict[str, list[float]]:
-    from tictac_hooks.callbacks.tensorboard import read_scalars
+    from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(log_dir)
     return {run: [v for r in ("tensorflow_order", "tictac_order")
                   for _, v in scalars.get(r, {}).get(f"tictac/step_time/{run}", [])]
@@ -504,7 +504,7 @@ def test_long_epochs_lose_no_step_record(tmp_path):
     assert records["dispatched"] == 700 and records["worker_steps"] == 700, records
     assert records["dropped"] == 0 and records["missing"] == 0, records
     assert "worker steps recorded: 700 of 700 dispatched" in out.stdout, out.stdout
-    from tictac_hooks.callbacks.tensorboard import read_scalars
+    from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path / "tb"))
     times = _step_times(str(tmp_path / "tb"))
     for worker, s in summary["workers"].items():

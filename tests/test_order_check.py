@@ -1,4 +1,4 @@
-"""The order check (callbacks/order_check.py): ABBA rounds, clean blocks (windows and
+"""The order check (run/order_check.py): ABBA rounds, clean blocks (windows and
 the PS's labels), per-round values and the sequential rule's decision, on step records
 as the PS labels them; no cluster. The rule's own statistics: tests/run/."""
 
@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from tictac_hooks.callbacks import order_check
-from tictac_hooks.callbacks.order_check import CheckPlan, Window, decide, round_values
+from tictac_hooks.run import order_check
+from tictac_hooks.run.order_check import CheckPlan, Window, decide, round_values
 from tictac_hooks.records import CHECK, PROFILING, SCHEDULED, WorkerStep
 
 W0, W1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
@@ -66,7 +66,7 @@ def test_plan_runs_rounds_in_a_seeded_random_order_and_checks_its_arguments():
 def test_a_block_needs_three_steps_because_its_first_and_last_are_not_measured():
     with pytest.raises(ValueError, match=r"block_steps must be >= 3 .*straddles"):
         CheckPlan(rounds=1, block_steps=2)
-    from tictac_hooks.callbacks.settings import Settings
+    from tictac_hooks.run.settings import Settings
     with pytest.raises(ValueError, match="check_block_steps"):
         Settings.resolve(check_block_steps=2)
 
@@ -160,8 +160,8 @@ def test_the_result_round_trips_through_json():
 
 
 def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():
-    from tictac_hooks.callbacks.controller import Controller
-    from tictac_hooks.callbacks.settings import Settings
+    from tictac_hooks.run.controller import Controller
+    from tictac_hooks.run.settings import Settings
     def align(training, **kw):
         return Controller(["127.0.0.1:1"], Settings.resolve(**kw), training=training).align
     assert align(True) is False and align(False) is True  # auto
@@ -180,9 +180,9 @@ def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
     PS serves it over one and a few bytes over the other (the copy feeding only the
     gradient's ShapeN). The profiling records say which edge each copy was, and TAC's
     oracle takes those bytes (a recv no record holds keeps its traced size)."""
-    from tictac_hooks.callbacks import planner
-    from tictac_hooks.callbacks.controller import Controller
-    from tictac_hooks.callbacks.settings import Settings
+    from tictac_hooks.run import planner
+    from tictac_hooks.run.controller import Controller
+    from tictac_hooks.run.settings import Settings
     from tictac_hooks.graph import Graph, Op
     from tictac_hooks.records import GateStep, TransferRecord
 
@@ -212,7 +212,7 @@ def test_the_controller_orders_by_declaration_or_first_use_as_the_bench_asks():
     the DAG the extraction gave positions (late recvs are no transfers to order);
     "layer" is first-use."""
     import dataclasses
-    from tictac_hooks.callbacks.controller import Controller, Settings
+    from tictac_hooks.run.controller import Controller, Settings
     from tictac_hooks.graph import Graph, Op
     g = Graph([Op("w1", "recv", channel="ps0", bytes=4, declared=2),
                Op("w2", "recv", channel="ps0", bytes=4, declared=0),

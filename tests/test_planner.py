@@ -1,11 +1,11 @@
-"""The planner (callbacks/planner.py): a worker DAG restricted to the transfers the PSes
+"""The planner (run/planner.py): a worker DAG restricted to the transfers the PSes
 served, named as they serve them; TAC's times and their errors; the per-worker parts
 of a candidate; and the per-PS install plan, installed on in-process gates."""
 
 import pytest
 
-from tictac_hooks.callbacks import planner
-from tictac_hooks.callbacks.settings import TicTacSetupError
+from tictac_hooks.run import planner
+from tictac_hooks.run.settings import TicTacSetupError
 from tictac_hooks.enforce import inprocess
 from tictac_hooks.enforce.client import InstallError
 from tictac_hooks.enforce.gate import Gate

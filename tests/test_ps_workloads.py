@@ -151,7 +151,7 @@ def test_the_tutorial_with_steps_per_execution_10_trains_in_tictacs_order(tmp_pa
     # The tutorial's own callbacks ran beside TicTac.
     assert (tmp_path / "tb" / "keras" / "train").is_dir()
     # The coverage is in TensorBoard too, as the summary has it.
-    from tictac_hooks.callbacks.tensorboard import read_scalars
+    from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path / "tb"))
     shown = [v for run in ("worker_0", "worker_1")
              for _, v in scalars.get(run, {}).get("tictac/order_coverage_bytes", [])]

@@ -1,4 +1,4 @@
-"""Reading the PSes' records (callbacks/reading.py) against a gate in this process: the
+"""Reading the PSes' records (run/reading.py) against a gate in this process: the
 reading thread's wake-ups, failures and stop; lost workers told from slow ones; the
 summary of what was read; waiting for profiled steps; the logs written at the end."""
 
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tictac_hooks.callbacks import reading
-from tictac_hooks.callbacks.steplog import StepLog
+from tictac_hooks.run import reading
+from tictac_hooks.run.steplog import StepLog
 from tictac_hooks.enforce import inprocess
 from tictac_hooks.enforce.cursor import RecordCursor
 from tictac_hooks.enforce.gate import Gate

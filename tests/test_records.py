@@ -148,7 +148,7 @@ def test_the_python_gates_stats_are_gate_stats():
 
 
 def test_an_order_check_result_round_trips_in_the_summarys_json_shape():
-    from tictac_hooks.callbacks.order_check import CheckPlan, Window, decide
+    from tictac_hooks.run.order_check import CheckPlan, Window, decide
     from tictac_hooks.records import CHECK, SCHEDULED, CheckResult, WorkerStep
     recs, windows, t, i = [], [], 0.0, 0
     plan = CheckPlan(3, 4, ("tic",))

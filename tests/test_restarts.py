@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tictac_hooks.callbacks import planner
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import Settings
+from tictac_hooks.run import planner
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import Settings
 from tictac_hooks.cluster.launcher import LocalCluster
 from tictac_hooks.enforce.client import stats_everywhere
 from tictac_hooks.graph.dag import Graph, Op
@@ -180,7 +180,7 @@ def test_a_job_restarted_after_a_ps_loss_keeps_its_order_and_a_worker_comes_back
 
 
 def _saved(algorithm_candidates, kept, link_rate):
-    from tictac_hooks.callbacks import planner, saved_order
+    from tictac_hooks.run import planner, saved_order
     from tictac_hooks.graph.dag import Graph, Op
     g = Graph([Op("p0", "recv", channel="ps0", bytes=4000), Op("p1", "recv", channel="ps0",
                                                                bytes=100),
@@ -203,8 +203,8 @@ def test_a_restored_order_is_paced_and_only_for_its_algorithm_and_link(
         monkeypatch, algorithm, bandwidth, restored, said):
     """A saved order runs paced like a switched one (the run's bandwidth), and is not
     restored for another algorithm or link rate than it was computed for."""
-    from tictac_hooks.callbacks.controller import Controller
-    from tictac_hooks.callbacks.settings import Settings
+    from tictac_hooks.run.controller import Controller
+    from tictac_hooks.run.settings import Settings
     lines = []
     c = Controller(["127.0.0.1:1"], Settings.resolve(algorithm=algorithm), install=False)
     monkeypatch.setattr(c, "say", lines.append)
@@ -216,7 +216,7 @@ def test_a_restored_order_is_paced_and_only_for_its_algorithm_and_link(
 
 
 def test_the_fingerprint_holds_the_bytes_of_every_transfer():
-    from tictac_hooks.callbacks import saved_order
+    from tictac_hooks.run import saved_order
     from tictac_hooks.graph.dag import Graph, Op
     def g(nbytes):
         return {"worker": Graph([Op("p0", "recv", channel="ps0", bytes=nbytes),

@@ -1,4 +1,4 @@
-"""Settings (callbacks/settings.py): resolution (argument, else flag, else default), the
+"""Settings (run/settings.py): resolution (argument, else flag, else default), the
 checks and their errors, which settings the user set, and what each gate backend makes
 of those that reach its install: an explicit value it cannot honour is refused at
 setup, naming the backend and the setting; a default resolves per backend."""
@@ -7,8 +7,8 @@ import pytest
 from absl import flags
 
 import tictac_hooks.flags as tictac_flags
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import (Settings, TicTacSetupError, check_backends,
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import (Settings, TicTacSetupError, check_backends,
                                              honoured)
 from tictac_hooks.enforce import inprocess
 from tictac_hooks.enforce.api import UnhonouredSetting

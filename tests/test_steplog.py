@@ -1,10 +1,10 @@
-"""callbacks/steplog.py: the PSes' step records merged into each worker's steps."""
+"""run/steplog.py: the PSes' step records merged into each worker's steps."""
 
 from __future__ import annotations
 
 import pytest
 
-from tictac_hooks.callbacks.steplog import StepLog
+from tictac_hooks.run.steplog import StepLog
 from tictac_hooks.records import (CHECK, LISTED, PASS, PROFILING, SCHEDULED, GateStep,
                                   TransferRecord)
 
@@ -157,7 +157,7 @@ def test_a_lost_worker_that_comes_back_is_no_longer_lost():
 
 
 def test_step_time_memory_is_bounded_and_the_counts_stay_whole(monkeypatch):
-    monkeypatch.setattr("tictac_hooks.callbacks.steplog._KEEP_STEP_TIMES", 50)
+    monkeypatch.setattr("tictac_hooks.run.steplog._KEEP_STEP_TIMES", 50)
     log = StepLog()
     log.add([rec(i, float(i), W0, seq=i) for i in range(1, 302)])
     finalize(log)
@@ -167,7 +167,7 @@ def test_step_time_memory_is_bounded_and_the_counts_stay_whole(monkeypatch):
 
 
 def test_records_between_two_steps_cost_their_distance_not_the_history():
-    from tictac_hooks.callbacks import steplog
+    from tictac_hooks.run import steplog
     numbers = steplog._Numbers()
     for n in range(1, 10_000, 2):  # 5,000 odd numbers: the latest 4,096 are kept
         numbers.add(n)
@@ -201,7 +201,7 @@ def test_the_profiled_steps_are_read_under_the_log_lock_while_the_reader_adds():
     names while the reading thread adds records: neither may see a map or set change
     under it (RuntimeError: ... changed size during iteration)."""
     import threading
-    from tictac_hooks.callbacks.steplog import StepLog
+    from tictac_hooks.run.steplog import StepLog
     from tictac_hooks.records import GateStep, TransferRecord
     log = StepLog()
     w = "/job:worker/replica:0/task:0/device:CPU:0"

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import tensorboard_screenshot as shot  # noqa: E402
 
-from tictac_hooks.callbacks.tensorboard import StepTimeWriter  # noqa: E402
+from tictac_hooks.run.tensorboard import StepTimeWriter  # noqa: E402
 from tictac_hooks.records import (CHECK, PROFILING, SCHEDULED, CheckBlock,  # noqa: E402
                                   CheckResult, RatioSpread, WorkerStep)
 

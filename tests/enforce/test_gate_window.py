@@ -154,7 +154,7 @@ def test_a_tensor_sent_twice_is_ordered_by_its_full_names():
 
 
 def test_steplog_judges_the_order_transfers_were_sent_in():
-    from tictac_hooks.callbacks.steplog import _Pending
+    from tictac_hooks.run.steplog import _Pending
 
     from tictac_hooks.records import GateStep
 

@@ -35,7 +35,7 @@ def product_choice(check: Any) -> str | None:
     """What TicTac's own check would have kept from ``check`` (a CheckResult whose
     candidates include the bench's baselines): its rule applied to TIC and TAC alone,
     the orders TicTac installs; None: TensorFlow's order."""
-    from tictac_hooks.callbacks.order_check import CheckPlan
+    from tictac_hooks.run.order_check import CheckPlan
     values = {c: list(v) for c, v in check.values.items() if c in TICTAC_ORDERS and v}
     if not values:
         return None

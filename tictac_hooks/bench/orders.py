@@ -36,7 +36,7 @@ WC = "-wc"
 # so a difference between "none" and "rendezvous" can be put on the gate's code or on
 # the other path (the twin PS and the other worker tasks).
 STOCK = "stock"
-# "checked": what TicTac does by default after its switch (callbacks/order_check.py):
+# "checked": what TicTac does by default after its switch (run/order_check.py):
 # TIC and TAC each tried against TensorFlow's order in interleaved block pairs, the
 # faster kept, or the schedule cleared when neither is faster. The check runs once,
 # before the rotation; the blocks then measure what it decided.
@@ -111,8 +111,8 @@ def make_controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, l
                      rate_bits: float) -> dict:
     """One Controller per algorithm (the TicTacHook code path), schedule computed,
     then lifted again until its block."""
-    from tictac_hooks.callbacks.controller import Controller
-    from tictac_hooks.callbacks.settings import Settings
+    from tictac_hooks.run.controller import Controller
+    from tictac_hooks.run.settings import Settings
     out = {}
     for name in names:
         # The bench compares the orders itself; only "checked" runs TicTac's own check.

@@ -8,11 +8,11 @@ import os
 from typing import Any
 
 from tictac_hooks import checks
-from tictac_hooks.callbacks.cluster_spec import (ps_addresses_from_cluster_spec,
+from tictac_hooks.run.cluster_spec import (ps_addresses_from_cluster_spec,
                                                  worker_addresses_of)
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
-from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import Settings, TicTacSetupError
+from tictac_hooks.run.driver import StepDAG, StepDriver
 from tictac_hooks.callbacks.step_function import dag_of, profile_for, traced_function
 
 log = logging.getLogger("tictac")

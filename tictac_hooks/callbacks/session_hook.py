@@ -9,10 +9,10 @@ import time
 from typing import Any, Mapping, Sequence
 
 from tictac_hooks import checks
-from tictac_hooks.callbacks.cluster_spec import ps_addresses_from_cluster_spec
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
-from tictac_hooks.callbacks.frontend import StepDAG, StepDriver
+from tictac_hooks.run.cluster_spec import ps_addresses_from_cluster_spec
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import Settings, TicTacSetupError
+from tictac_hooks.run.driver import StepDAG, StepDriver
 from tictac_hooks.graph.tf.traced import NoWorkerTaskError, traced_worker_graphs
 
 log = logging.getLogger("tictac")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping
 
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import TicTacSetupError
-from tictac_hooks.callbacks.frontend import StepDAG
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import TicTacSetupError
+from tictac_hooks.run.driver import StepDAG
 from tictac_hooks.graph.dag import Graph
 
 
@@ -48,7 +48,7 @@ def profile_for(controller: Controller, concrete: Any, dag: StepDAG,
     """Per-op compute times of the traced step ``concrete``, keyed by ``dag``'s op
     names (compute_profile.py). None when the profile fails: one warning line, TAC is
     off for this run (the controller is told why), training goes on."""
-    from tictac_hooks.callbacks.compute_profile import compute_times_for
+    from tictac_hooks.run.compute_profile import compute_times_for
     graph = dag.graphs if isinstance(dag.graphs, Graph) else next(iter(dag.graphs.values()))
     profile, reason = compute_times_for(concrete, [op.name for op in graph.compute_ops],
                                         batch_size, controller.settings.algorithm)

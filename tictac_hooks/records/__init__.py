@@ -7,8 +7,8 @@ it; every name is importable from here (``from tictac_hooks.records import GateS
   ``to_json`` / ``from_json`` are the wire format on every backend, and gate_records.cc
   writes the same fields (tests/test_records.py fails when they drift).
 - records/steps.py: what TicTac made of them. :class:`WorkerStep`, one step of one
-  worker merged over the PSes (callbacks/steplog.py); :class:`CheckResult`, an order
-  check's result (callbacks/order_check.py).
+  worker merged over the PSes (run/steplog.py); :class:`CheckResult`, an order
+  check's result (run/order_check.py).
 - records/bench.py: what the benchmark measured. :class:`ClientStep`, one synchronous
   step; :class:`BenchRun`, one run's result as ``tictac bench --json`` writes it.
 

@@ -1,6 +1,6 @@
 """What TicTac makes of the gates' records on the worker side: each worker's steps
-(:class:`WorkerStep`, callbacks/steplog.py) and the order check's result
-(:class:`CheckResult`, callbacks/order_check.py)."""
+(:class:`WorkerStep`, run/steplog.py) and the order check's result
+(:class:`CheckResult`, run/order_check.py)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ class CheckBlock:
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """One order check's result (callbacks/order_check.py, ``decide``)."""
+    """One order check's result (run/order_check.py, ``decide``)."""
 
     algorithm: str                  # the candidate the figures are about (the best)
     rounds: int

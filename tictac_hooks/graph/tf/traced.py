@@ -1,7 +1,7 @@
 """Iteration DAGs and times of the workers of a traced graph-mode step.
 
 :func:`traced_worker_graphs` turns the ``RunMetadata`` of ``FULL_TRACE`` steps (with
-partition graphs) into what :meth:`tictac_hooks.callbacks.controller.Controller.switch`
+partition graphs) into what :meth:`tictac_hooks.run.controller.Controller.switch`
 takes: a DAG per worker task (:mod:`tictac_hooks.graph.tf.partition`), compute times
 and transfer sizes (:mod:`tictac_hooks.graph.tf.profiler`), and the recvs that are no
 parameter reads. Used by ``TicTacHook`` and the benchmark client.

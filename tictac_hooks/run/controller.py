@@ -23,13 +23,13 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from tictac_hooks.callbacks import coverage, order_check, planner, reading
-from tictac_hooks.callbacks import settings as settings_mod
-from tictac_hooks.callbacks.check_runner import CheckRunner
-from tictac_hooks.callbacks.settings import Settings, TicTacSetupError
-from tictac_hooks.callbacks.steplog import StepLog
-from tictac_hooks.callbacks.switching import Switching
-from tictac_hooks.callbacks.tensorboard import StepTimeWriter
+from tictac_hooks.run import coverage, order_check, planner, reading
+from tictac_hooks.run import settings as settings_mod
+from tictac_hooks.run.check_runner import CheckRunner
+from tictac_hooks.run.settings import Settings, TicTacSetupError
+from tictac_hooks.run.steplog import StepLog
+from tictac_hooks.run.switching import Switching
+from tictac_hooks.run.tensorboard import StepTimeWriter
 from tictac_hooks.graph.simulate import efficiency
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule

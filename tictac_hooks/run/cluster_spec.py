@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from tictac_hooks.callbacks.settings import TicTacSetupError
+from tictac_hooks.run.settings import TicTacSetupError
 
 
 def _job_tasks(spec: Mapping[str, Sequence[str]] | Any, job: str) -> list[tuple[int, str]]:

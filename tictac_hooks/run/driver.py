@@ -33,8 +33,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from tictac_hooks.callbacks.controller import Controller
-from tictac_hooks.callbacks.settings import Settings
+from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.settings import Settings
 from tictac_hooks.graph.dag import Graph
 
 log = logging.getLogger("tictac")
@@ -185,7 +185,7 @@ class StepDriver:
         there: if so, restores it on a thread of its own (the DAG is found without a
         compute profile). A file that is not a saved order is one line; training goes
         on and profiles."""
-        from tictac_hooks.callbacks import saved_order
+        from tictac_hooks.run import saved_order
         directory = self._order_dir()
         self.controller.order_dir = directory
         if not directory or not self.controller.installs or self.settings.algorithm == "none":

@@ -23,7 +23,7 @@ import os
 import time
 from typing import Any, Mapping
 
-from tictac_hooks.callbacks.planner import Parts
+from tictac_hooks.run.planner import Parts
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule
 

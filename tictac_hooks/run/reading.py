@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from tictac_hooks.callbacks.cluster_spec import task_answers
-from tictac_hooks.callbacks.steplog import StepLog
+from tictac_hooks.run.cluster_spec import task_answers
+from tictac_hooks.run.steplog import StepLog
 from tictac_hooks.graph.tf.naming import task_of
 from tictac_hooks.records import GateStep
 
@@ -130,7 +130,7 @@ def find_lost_workers(steplog: StepLog, worker_addresses: Mapping[str, str],
     LOST_AFTER_STEPS of them where its address is unknown; says, in one line each,
     the lost workers that came back. ``worker_addresses``: task ("worker:1") -> its
     address; ``probed``: worker -> when its task was last asked."""
-    from tictac_hooks.callbacks.tensorboard import worker_run_name
+    from tictac_hooks.run.tensorboard import worker_run_name
     for worker, info in steplog.returned_workers():
         say(f"{worker_run_name(worker)} ({worker}) is back: a new step of it arrived "
             f"after it was found lost ({info['reason']}); it is served in turn again")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Mapping, Sequence
 
-from tictac_hooks.callbacks.settings import TicTacSetupError
+from tictac_hooks.run.settings import TicTacSetupError
 from tictac_hooks.graph.algorithms import compute_order
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.profile import from_run

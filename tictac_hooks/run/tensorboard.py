@@ -150,7 +150,7 @@ class StepTimeWriter:
         run, at its last step written."""
         import time
         keep = result.decision != "default"
-        from tictac_hooks.callbacks.check_runner import verdict_line
+        from tictac_hooks.run.check_runner import verdict_line
         note = verdict_line(result)
         for run, step in sorted(self._last_step.items()):
             self._scalars(run, step, time.time(), {"tictac/choice": 1.0 if keep else 0.0})

@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from tictac_hooks.callbacks import order_check
-from tictac_hooks.callbacks.planner import Parts
+from tictac_hooks.run import order_check
+from tictac_hooks.run.planner import Parts
 from tictac_hooks.records import PROFILING, CheckResult, WorkerStep
 from tictac_hooks.run import sequential
 

@@ -9,7 +9,7 @@ the DAG's by construction. Running it in a separate process keeps the training p
 untouched: no extra variables, no random-number state consumed, no weights changed --
 TicTac must not change what is trained.
 
-    python -m tictac_hooks.callbacks.compute_profile SPEC.pickle OUT.json
+    python -m tictac_hooks.run.compute_profile SPEC.pickle OUT.json
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def profile_step(concrete: Any, names: Sequence[str], batch_size: int | None = N
                    PYTHONPATH=_package_path())
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "tictac_hooks.callbacks.compute_profile",
+                [sys.executable, "-m", "tictac_hooks.run.compute_profile",
                  spec_path, out_path],
                 env=env, capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -3,7 +3,7 @@ or the DAG plus measured times (TAC), with the order check's other candidates, a
 installed on every PS; or an order saved by an earlier run of the job restored at once
 (saved_order.py); or, when the switch fails, TensorFlow's order kept with one line.
 
-:class:`Switching` is a part of :class:`~tictac_hooks.callbacks.controller.Controller`
+:class:`Switching` is a part of :class:`~tictac_hooks.run.controller.Controller`
 (its state is the controller's); it lives here to keep each module readable.
 """
 
@@ -14,8 +14,8 @@ import logging
 import time
 from typing import Mapping
 
-from tictac_hooks.callbacks import coverage, order_check, planner, saved_order
-from tictac_hooks.callbacks.settings import TicTacSetupError
+from tictac_hooks.run import coverage, order_check, planner, saved_order
+from tictac_hooks.run.settings import TicTacSetupError
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 
