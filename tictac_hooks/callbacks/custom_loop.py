@@ -7,6 +7,7 @@ train under it in a custom loop. This object gives such a loop what the callback
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tictac_hooks import checks
@@ -118,14 +119,13 @@ class TicTacLoop:
 
     def start(self) -> None:
         """Connects to every PS's gate (clear error if one has none)."""
+        # the coordinator spreads the scheduled steps over every worker task
         self._driver = StepDriver(self._ps_addresses(), self.settings,
                                   find_dag=self._find_dag, join=self.coordinator.join,
-                                  poll_every=POLL_EVERY_STEPS, training=self.training)
+                                  poll_every=POLL_EVERY_STEPS, training=self.training,
+                                  worker_addresses=worker_addresses_of(
+                                      self.coordinator.strategy))
         self.controller = self._driver.controller
-        # the coordinator spreads the scheduled steps over every worker task
-        workers = worker_addresses_of(self.coordinator.strategy)
-        self.controller.worker_addresses = workers
-        self.controller.spread_over = max(1, len(workers))
         self._driver.start()
 
     def step(self) -> None:
@@ -151,5 +151,6 @@ class TicTacLoop:
         concrete = traced_function(self.step_function, "the step function")
         dag = dag_of(concrete, None, self.bandwidth, model=self.model)
         if self.model is not None or self.settings.algorithm == "tac":
-            dag.compute_times = profile_for(self.controller, concrete, dag, self.batch_size)
+            dag = dataclasses.replace(dag, compute_times=profile_for(
+                self.controller, concrete, dag, self.batch_size))
         return dag

@@ -246,12 +246,12 @@ class TicTac(_callback_base()):  # type: ignore[misc]
                             find_times=lambda dag: self._compute_times(mode, dag),
                             join=self._join,
                             destination_jobs=jobs, training=mode == "train",
-                            background_switch=self.background_switch, **restarts)
+                            background_switch=self.background_switch,
+                            # fit's steps are spread over every worker (predict's run
+                            # on the chief)
+                            worker_addresses=self._worker_addresses(),
+                            spread=mode != "predict", **restarts)
         self.controller = driver.controller
-        driver.controller.worker_addresses = self._worker_addresses()
-        # fit's dispatched steps are spread over every worker (predict runs on the chief)
-        if mode != "predict":
-            driver.controller.spread_over = max(1, len(driver.controller.worker_addresses))
         driver.start()
         self._driver, self._mode = driver, mode
 
@@ -299,7 +299,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         ``times`` is False."""
         dag = dag_of(self._concrete(mode), None, self.bandwidth, model=self.model)
         if times:
-            dag.compute_times = self._compute_times(mode, dag)
+            dag = dataclasses.replace(dag, compute_times=self._compute_times(mode, dag))
         return dag
 
     def _concrete(self, mode: str) -> Any:

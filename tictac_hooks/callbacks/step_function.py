@@ -53,7 +53,7 @@ def profile_for(controller: Controller, concrete: Any, dag: StepDAG,
     profile, reason = compute_times_for(concrete, [op.name for op in graph.compute_ops],
                                         batch_size, controller.settings.algorithm)
     if profile is None:
-        controller.compute_profile_error = reason
+        controller.compute_profile_failed(reason)
         return None
     controller.say(f"compute profile: {len(profile.times)} ops, "
                    f"{sum(profile.times.values()) * 1e3:.1f} ms per step at batch "

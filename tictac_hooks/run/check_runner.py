@@ -114,9 +114,12 @@ class CheckRunner:
         return self.n >= 0
 
     def switched(self, algorithm: str, candidates: dict[str, Parts],
-                 workers: int = 1) -> None:
+                 workers: int = 1, wait_for_times: bool = False,
+                 decided: bool = True) -> None:
         """The switch computed ``candidates`` and installs (or not) ``algorithm``'s;
-        ``workers``: those the loop's dispatched steps are spread over (CheckPlan).
+        ``workers``: those the loop's dispatched steps are spread over (CheckPlan);
+        ``wait_for_times``: the check waits for the compute times (start() runs it);
+        ``decided`` False: a restored decision for TensorFlow's order (none wanted).
         Candidates whose orders are identical on every worker and PS are checked once,
         under the first name (``same_as`` keeps the others); one with fewer than two
         transfers has nothing to order and is not checked (``not_checked`` says so)."""
@@ -133,6 +136,9 @@ class CheckRunner:
             self.candidates[name] = parts
         self.want = self.decided = algorithm if algorithm in self.candidates else \
             self.same_as.get(algorithm, algorithm)
+        if not decided:
+            self.want = self.decided = None
+        self.waiting = wait_for_times
         checked = [c for c in self.candidates
                    if max((len(s.order) for _, s in self.candidates[c]), default=0) >= 2]
         for c in self.candidates:
@@ -142,6 +148,11 @@ class CheckRunner:
             self.plan = order_check.CheckPlan(self.plan.rounds, self.plan.block_steps,
                                               tuple(checked), max(1, workers),
                                               self.plan.seed)
+
+    def mark_installed(self, algorithm: str | None) -> None:
+        """``algorithm``'s order is what the PSes now run (None: TensorFlow's)."""
+        with self._lock:
+            self.installed = algorithm
 
     def start(self) -> None:
         """The check begins with the next dispatched step; one line says what it runs."""

@@ -48,13 +48,17 @@ class Controller(Switching):
         of a between-graph job only report).
       destination_jobs: the jobs whose steps are scheduled and reported ("worker";
         "chief" for Keras predict, which runs on the coordinator).
+      worker_addresses: task ("worker:1") -> its address, to tell a dead worker from a
+        slow one (reading.find_lost_workers).
+      spread_over: the workers the loop's dispatched steps go to (CheckPlan.workers).
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
                  install: bool = True, destination_jobs: Sequence[str] = ("worker",),
                  check: "order_check.CheckPlan | None" = None,
                  join: "Callable[[], None] | None" = None, verbose: bool = True,
-                 training: bool = True) -> None:
+                 training: bool = True, worker_addresses: Mapping[str, str] | None = None,
+                 spread_over: int = 1) -> None:
         self.ps_addresses = list(ps_addresses)
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
         # the settings' (argument, else --tictac_check_* flag, else built-in default).
@@ -109,8 +113,8 @@ class Controller(Switching):
         self._lock = threading.RLock()
         self.dispatched = 0  # training steps the loop dispatched
         # task ("worker:1") -> its address, to tell a dead worker from a slow one
-        self.worker_addresses: dict[str, str] = {}
-        self.spread_over = 1  # workers the dispatched steps go to (CheckPlan.workers)
+        self.worker_addresses: dict[str, str] = dict(worker_addresses or {})
+        self.spread_over = max(1, spread_over)
         self._probed: dict[str, float] = {}
         # Where the order is saved for a job restart (saved_order.py; None: not saved),
         # what it is valid for, and the file a restored order came from.
@@ -323,7 +327,7 @@ class Controller(Switching):
         ordered = planner.install(parts, self.ps_addresses, self.settings.skip_timeout,
                                   self.settings.window_bytes, only=only, **pacing)
         if only is None:
-            self.steplog.ordered_ps = set(ordered)
+            self.steplog.set_ordered_ps(set(ordered))
         if not quiet:
             self.say(f"installed on {len(ordered)} of {len(self.ps_addresses)} PS "
                      f"(every PS the order has transfers on); every later step follows it")
@@ -331,7 +335,7 @@ class Controller(Switching):
     def _clear(self) -> None:
         from tictac_hooks.enforce.client import clear_everywhere
         clear_everywhere(self.ps_addresses)
-        self.steplog.ordered_ps = set()
+        self.steplog.set_ordered_ps(set())
 
     # --- end ------------------------------------------------------------------------------
     def finish(self, hook: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -87,6 +87,9 @@ class StepDriver:
         an earlier run of the job is restored, without profiling, when it fits.
       find_graphs: the step function's DAG (or one per worker task) as traced, without
         compute times: what a saved order must fit (needed with ``order_dir``).
+      worker_addresses: task ("worker:1") -> address of every worker task.
+      spread: whether the dispatched steps are spread over those workers (False: they
+        run on one, as Keras predict's on the chief).
     """
 
     def __init__(self, ps_addresses: Sequence[str], settings: Settings,
@@ -97,11 +100,14 @@ class StepDriver:
                  find_times: "Callable[[StepDAG], Mapping[str, float] | None] | None"
                  = None,
                  order_dir: Callable[[], str | None] | None = None,
-                 find_graphs: Callable[[], Graph | Mapping[str, Graph]] | None = None
+                 find_graphs: Callable[[], Graph | Mapping[str, Graph]] | None = None,
+                 worker_addresses: Mapping[str, str] | None = None, spread: bool = True
                  ) -> None:
+        workers = dict(worker_addresses or {})
         self.controller = Controller(ps_addresses, settings, install=install,
                                      destination_jobs=destination_jobs, join=join,
-                                     training=training)
+                                     training=training, worker_addresses=workers,
+                                     spread_over=len(workers) if spread else 1)
         self.settings = settings
         self._find_dag = find_dag
         self._join = join
@@ -187,7 +193,7 @@ class StepDriver:
         on and profiles."""
         from tictac_hooks.run import saved_order
         directory = self._order_dir()
-        self.controller.order_dir = directory
+        self.controller.save_orders_in(directory)
         if not directory or not self.controller.installs or self.settings.algorithm == "none":
             return  # (algorithm "none": TensorFlow's order, a saved order included)
         def restore() -> None:  # (reading the file too: off fit's dispatch thread)
@@ -282,7 +288,7 @@ class StepDriver:
             tic_first = self._find_times is not None and \
                 self.controller.settings.algorithm == "tic"
             if self._find_times is not None and not tic_first:
-                dag.compute_times = self._find_times(dag)
+                dag = dataclasses.replace(dag, compute_times=self._find_times(dag))
             if not holds_loop:
                 self.controller.wait_for_profiled_records()
             self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
@@ -346,8 +352,7 @@ class StepDriver:
                 thread.join()
         self._switching = self._restoring = None
         if ended:
-            self.controller.not_ordered_reason = ended
-            self.controller.say(ended)
+            self.controller.ended_unordered(ended)
         if self._join is not None:
             self._join()
         return self.controller.finish(hook=self.hook_cost())

@@ -187,13 +187,13 @@ def _pairs(steps: Sequence[dict[str, list[WorkerStep]]], windows: Sequence[Windo
            ) -> dict[str, dict[int, _Pair]]:
     """candidate -> round -> its two blocks' steps (either may be missing), from
     ``steps``, :func:`block_steps_of` of ``windows``."""
-    out: dict[str, dict[int, _Pair]] = {}
+    sides: dict[tuple[str, int, bool], dict[str, list[WorkerStep]]] = {}
     for w, s in zip(windows, steps):
-        p = out.setdefault(w.candidate, {}).setdefault(w.round, _Pair())
-        if w.tictac:
-            p.t = s
-        else:
-            p.d = s
+        sides[(w.candidate, w.round, w.tictac)] = s
+    out: dict[str, dict[int, _Pair]] = {}
+    for candidate, r, _ in sides:
+        out.setdefault(candidate, {})[r] = _Pair(sides.get((candidate, r, True)),
+                                                 sides.get((candidate, r, False)))
     return out
 
 

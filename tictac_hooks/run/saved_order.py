@@ -114,7 +114,7 @@ def save(directory: str, order: SavedOrder) -> str:
     while writing leaves the previous file whole. Returns the path."""
     os.makedirs(directory, exist_ok=True)
     path = path_in(directory)
-    order.saved_at = time.time()
+    order = dataclasses.replace(order, saved_at=time.time())
     partial = f"{path}.{os.getpid()}.partial"
     with open(partial, "w") as f:
         json.dump(order.to_json(), f)

@@ -412,6 +412,16 @@ class StepLog:
                 sum(self.gaps.get(w, 0) for w in workers),
                 sum(self.unfinished.get(w, 0) for w in workers))
 
+    def mark_switched(self, at: float) -> None:
+        """The schedule was first installed at ``at`` (wall time): unscheduled steps
+        that start later ran TensorFlow's order on purpose (check blocks)."""
+        self.switched_at = at
+
+    def set_ordered_ps(self, ps: "set[str] | frozenset[str]") -> None:
+        """The PSes that carry the installed order (none: TensorFlow's everywhere)."""
+        with self._lock:
+            self.ordered_ps = set(ps)
+
     def summary(self) -> dict[str, Any]:
         """Per worker: its steps, and per phase the steps in the medians and their
         median step time; the steps left out, by reason (so that ``steps`` =

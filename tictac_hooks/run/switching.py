@@ -86,13 +86,13 @@ class Switching:
         self._switched_on = (graphs, served, late)
         if not check_later:
             self._other_candidates(candidates, compute_times)
-        self.runner.switched(algorithm, candidates, self.spread_over)
-        if check_later:
-            self.runner.waiting = True  # until timed()
+        # check_later: the check waits until timed()
+        self.runner.switched(algorithm, candidates, self.spread_over,
+                             wait_for_times=check_later)
         if self.installs:
             self._install(parts)
-            self.runner.installed = algorithm
-        self.steplog.switched_at = time.time()
+            self.runner.mark_installed(algorithm)
+        self.steplog.mark_switched(time.time())
         if holds_loop:
             self.mark_pause(pause_start, time.time())
         if self._writer:
@@ -190,14 +190,13 @@ class Switching:
         if saved.coverage:
             self.coverage = coverage.Coverage.from_json(saved.coverage)
         algorithm = saved.kept or next(iter(saved.candidates))
-        self.runner.switched(algorithm, saved.candidates, self.spread_over)
+        self.runner.switched(algorithm, saved.candidates, self.spread_over,
+                             decided=saved.kept is not None)
         self.schedule = planner.merged(saved.candidates[algorithm])
-        if saved.kept is None:
-            self.runner.want = self.runner.decided = None
-        elif self.installs:
+        if saved.kept is not None and self.installs:
             self._install(saved.candidates[algorithm], quiet=True)
-            self.runner.installed = algorithm
-        self.steplog.switched_at = time.time()
+            self.runner.mark_installed(algorithm)
+        self.steplog.mark_switched(time.time())
         kept = f"the {algorithm.upper()} order" if saved.kept else "TensorFlow's order"
         paced = ("" if saved.kept is None else
                  f", paced at {self.pace_rate * 8 / 1e9:.3g} Gbit/s" if self.pace_rate
@@ -223,6 +222,19 @@ class Switching:
         except OSError as e:
             log.warning("TicTac: the order could not be saved in %s for a restart (%s)",
                         self.order_dir, e)
+
+    def ended_unordered(self, reason: str) -> None:
+        """Training ended before the order was in place: one line says so."""
+        self.not_ordered_reason = reason
+        self.say(reason)
+
+    def compute_profile_failed(self, reason: str) -> None:
+        """The frontend's compute profile failed (it said why in one warning line)."""
+        self.compute_profile_error = reason
+
+    def save_orders_in(self, directory: str | None) -> None:
+        """Where the order is saved for a job restart (None: not saved)."""
+        self.order_dir = directory
 
     def not_ordered(self, error: BaseException) -> None:
         """The switch failed: one line saying why, TensorFlow's order stays on every PS
