@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from tictac_hooks.bench import workloads  # noqa: E402
+from tictac_hooks.run.config import RunConfig  # noqa: E402
 from tictac_hooks.run.controller import Controller  # noqa: E402
 from tictac_hooks.run.settings import Settings  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
@@ -58,11 +59,12 @@ with LocalCluster(num_ps=1, num_workers=2, rendezvous=True, backend="native") as
             s.run(work.sets[0].fetches, options=opts, run_metadata=md)
             traced.append(md)
         graphs, compute, late = traced_worker_graphs(traced, ["worker:0", "worker:1"])
-        ctl = Controller(c.ps_addresses, Settings.resolve(algorithm="tic", profile_steps=1,
+        ctl = Controller(RunConfig.build(Settings.resolve(algorithm="tic", profile_steps=1,
                                                           check_rounds=0),
-                         training=mode == "training", verbose=False)
+                                         c.ps_addresses, bandwidth=rate,
+                                         training=mode == "training"), verbose=False)
         ctl.connect()
-        ctl.switch(graphs, compute_times=compute, bandwidth=rate, late=late)
+        ctl.switch(graphs, compute_times=compute, late=late)
         client = {"none": [], "tic": []}
         for r in range(rounds):
             for name in (("none", "tic") if r % 2 else ("tic", "none")):

@@ -295,9 +295,10 @@ def _run(adapter, gate, graph, settings, monkeypatch, steps, dag=None, seed=3):
 def test_check_tries_tac_too_where_compute_times_are_known(adapter, gate, monkeypatch):
     graph = _dag()
     compute = {op.name: 0.001 * (i + 1) for i, op in enumerate(graph.compute_ops)}
-    dag = StepDAG(graph, compute_times=compute, bandwidth=1e6)
+    dag = StepDAG(graph, compute_times=compute)
     settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
-                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0)
+                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0,
+                    bandwidth=1e6)
     plan = order_check.CheckPlan(ROUNDS, BLOCK, ("tic", "tac"))
     total = PROFILE_STEPS + plan.total_steps + 1 + AFTER_CHECK
     frontend, summary, ran = _run(adapter, gate, graph, settings, monkeypatch, total, dag)
@@ -497,11 +498,12 @@ def test_a_failed_compute_profile_turns_tac_off_in_one_line_and_training_goes_on
     monkeypatch.setattr(compute_profile, "profile_step", fails)
     graph = _dag()
     settings = dict(algorithm="tac", profile_steps=PROFILE_STEPS, window_bytes=0,
-                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0)
+                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0,
+                    bandwidth=1e6)
     frontend, begin, step, end = ADAPTERS[adapter](settings, StepDAG(graph), monkeypatch)
 
     def find_dag(*mode, **times):
-        dag = StepDAG(graph, bandwidth=1e6)
+        dag = StepDAG(graph)
         dag.compute_times = profile_for(frontend.controller, None, dag, 32)
         return dag
     monkeypatch.setattr(frontend, "_find_dag", find_dag)
@@ -720,10 +722,9 @@ def test_tic_goes_in_before_the_compute_profile_and_the_check_waits_for_it(gate,
     graph = _dag()
     from tictac_hooks import TicTac
     cb = TicTac(algorithm="tic", profile_steps=PROFILE_STEPS, check_rounds=1,
-                check_block_steps=3, recheck_every=0, window_bytes=0)
+                check_block_steps=3, recheck_every=0, window_bytes=0, bandwidth=1e6)
     monkeypatch.setattr(cb, "_ps_addresses", lambda: [PS])
-    monkeypatch.setattr(cb, "_find_dag", lambda mode, times=True: StepDAG(graph,
-                                                                          bandwidth=1e6))
+    monkeypatch.setattr(cb, "_find_dag", lambda mode, times=True: StepDAG(graph))
 
     def slow_times(mode, dag):
         time.sleep(0.8)
@@ -784,3 +785,77 @@ def test_the_hook_reads_the_declaration_order_of_the_graph_it_runs():
     assert graph is g and declared == [b, a, step]
     with tf.Graph().as_default():
         assert _declared_variables() is None
+
+
+def test_every_frontend_builds_one_run_config_from_the_same_arguments(tmp_path, monkeypatch):
+    """Issue #55: TicTac, TicTacLoop and TicTacHook given the same arguments build the
+    same RunConfig field by field (the pacing rate and alignment included); they differ
+    only where the frontends do, each named here with why."""
+    from tictac_hooks import TicTac, TicTacHook, TicTacLoop
+    import tensorflow as tf
+    args = dict(algorithm="tac", profile_steps=7, log_dir=str(tmp_path), skip_timeout=2.5,
+                window_bytes=0, check_rounds=4, check_block_steps=12, recheck_every=0,
+                align="on", bandwidth=125e6)
+    workers = {"worker:0": "127.0.0.1:61002", "worker:1": "127.0.0.1:61003"}
+    keras = TicTac(**args)
+    monkeypatch.setattr(keras, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(keras, "_worker_addresses", lambda: workers)
+    coordinator = types.SimpleNamespace(join=lambda: None, strategy=None)
+    loop = TicTacLoop(coordinator, tf.function(lambda: tf.constant(0)), **args)
+    monkeypatch.setattr(loop, "_ps_addresses", lambda: [PS])
+    monkeypatch.setattr(loop, "_worker_addresses", lambda: workers)
+    hook = TicTacHook(cluster_spec={"ps": [PS], "worker": list(workers.values())},
+                      poll_every=5, **args)
+    configs = {"keras": keras.run_config("train").fields(), "loop": loop.run_config().fields(),
+               "hook": hook.run_config().fields()}
+    expected_differences = {
+        "background_switch": {"keras": True, "loop": False, "hook": False},  # fit's dispatch
+        "poll_every": {"keras": None, "loop": 50, "hook": 5},  # each loop's own cadence
+        # a session's steps are its own process's (between-graph): no spread, no probes
+        "worker_addresses": {"keras": tuple(sorted(workers.items())),
+                             "loop": tuple(sorted(workers.items())), "hook": ()},
+        "spread_over": {"keras": 2, "loop": 2, "hook": 1},
+    }
+    for name, by_frontend in expected_differences.items():
+        assert {f: configs[f].pop(name) for f in configs} == by_frontend, name
+    assert configs["keras"] == configs["loop"] == configs["hook"], configs
+    keras_config = configs["keras"]
+    assert (keras_config["bandwidth"], keras_config["pace_rate"], keras_config["align"]) == \
+        (125e6, 125e6, True)
+    assert keras_config["settings.algorithm"] == "tac" and keras_config["training"] is True
+    assert keras.run_config("test").settings.log_dir == str(tmp_path / "test")
+    predict = keras.run_config("predict")
+    assert (predict.destination_jobs, predict.spread_over, predict.training) == \
+        (("chief",), 1, False)
+
+
+def test_a_restored_order_is_paced_at_the_frontends_bandwidth(gate, monkeypatch, tmp_path):
+    """A job restarted with fit finds its saved order and installs it paced at the rate
+    TicTac(bandwidth=...) was given, as the switch would (the restore used to read a
+    bandwidth the run did not carry, and ran the order unpaced)."""
+    from tictac_hooks.run import planner, saved_order
+    graph = _dag()
+    parts = planner.parts_for("tic", {"worker": graph}, None,
+                              {op.name for op in graph.recvs}, set())
+    saved_order.save(str(tmp_path), saved_order.SavedOrder(
+        saved_order.fingerprint({"worker": graph}, 1, 1), 1, 1, {"tic": parts}, "tic",
+        link_rate=125e6))
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=0, recheck_every=0, bandwidth=125e6)
+    cb, begin, step, end = _keras(settings, StepDAG(graph), monkeypatch)
+    monkeypatch.setattr(cb, "_order_dir", lambda log_dir: str(tmp_path))
+    lines = []
+    begin()
+    monkeypatch.setattr(cb.controller, "say", lines.append)
+    workers = Workers(gate, graph, seed=8)
+    ran = []
+    for i in range(PROFILE_STEPS + 6):
+        workers.step()
+        ran.append(gate.records()[-1]["algorithm"])
+        step(i)
+    summary = end()
+    workers.close()
+    restored = [line for line in lines if line.startswith("order restored from")]
+    assert restored and "paced at 1 Gbit/s" in restored[0], lines
+    assert summary["restored_from"] == saved_order.path_in(str(tmp_path))
+    assert cb.controller.pace_rate == 125e6 and "tic" in ran, ran

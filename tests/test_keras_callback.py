@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 
@@ -199,14 +200,14 @@ def test_an_invalid_flag_value_fails_with_absl_message():
 def test_a_ps_without_rendezvous_gives_an_actionable_error():
     from tictac_hooks.cluster.launcher import LocalCluster
     with LocalCluster(num_ps=1, num_workers=1, rendezvous=False) as cluster:
-        controller = Controller(cluster.ps_addresses, Settings.resolve())
+        controller = Controller(RunConfig.build(Settings.resolve(), cluster.ps_addresses))
         with pytest.raises(TicTacSetupError, match=r"ps:0 .*tictac ps --cluster-spec"):
             controller.connect()
 
 
 def test_unreachable_ps_gives_an_actionable_error():
     from tictac_hooks.ports import free_port
-    controller = Controller([f"127.0.0.1:{free_port()}"], Settings.resolve())
+    controller = Controller(RunConfig.build(Settings.resolve(), [f"127.0.0.1:{free_port()}"]))
     with pytest.raises(TicTacSetupError, match="cannot reach|rendezvous"):
         controller.connect()
 

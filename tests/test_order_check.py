@@ -160,10 +160,12 @@ def test_the_result_round_trips_through_json():
 
 
 def test_align_auto_staggers_training_and_aligns_inference_and_can_be_forced():
+    from tictac_hooks.run.config import RunConfig
     from tictac_hooks.run.controller import Controller
     from tictac_hooks.run.settings import Settings
     def align(training, **kw):
-        return Controller(["127.0.0.1:1"], Settings.resolve(**kw), training=training).align
+        return Controller(RunConfig.build(Settings.resolve(**kw), ["127.0.0.1:1"],
+                                          training=training)).align
     assert align(True) is False and align(False) is True  # auto
     assert align(True, align="on") is True and align(False, align="off") is False
     with pytest.raises(ValueError, match="align must be one of auto, on, off"):
@@ -181,6 +183,7 @@ def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
     gradient's ShapeN). The profiling records say which edge each copy was, and TAC's
     oracle takes those bytes (a recv no record holds keeps its traced size)."""
     from tictac_hooks.run import planner
+    from tictac_hooks.run.config import RunConfig
     from tictac_hooks.run.controller import Controller
     from tictac_hooks.run.settings import Settings
     from tictac_hooks.graph import Graph, Op
@@ -198,7 +201,8 @@ def test_tac_times_each_recv_by_the_bytes_the_ps_served_it_while_profiling():
                Op("v", "recv", channel="ps0", bytes=100),
                Op("u", "recv", channel="ps0", bytes=50),
                Op("x", "compute", ("edge_1_w", "v", "u")), Op("z", "compute", ("x", "edge_2_w"))])
-    c = Controller(["127.0.0.1:1"], Settings.resolve(algorithm="tac"), install=False)
+    c = Controller(RunConfig.build(Settings.resolve(algorithm="tac"), ["127.0.0.1:1"],
+                                   install=False))
     c.steplog.add([rec(s, ("w", 400, "edge_1_w"), ("w", 8, "edge_2_w"), ("v", 90 + s, ""))
                    for s in (1, 2, 3)])
     timed = planner.timed(g, {"x": 1.0, "z": 2.0}, 100.0, c.steplog.transfer_bytes())
@@ -212,6 +216,7 @@ def test_the_controller_orders_by_declaration_or_first_use_as_the_bench_asks():
     the DAG the extraction gave positions (late recvs are no transfers to order);
     "layer" is first-use."""
     import dataclasses
+    from tictac_hooks.run.config import RunConfig
     from tictac_hooks.run.controller import Controller, Settings
     from tictac_hooks.graph import Graph, Op
     g = Graph([Op("w1", "recv", channel="ps0", bytes=4, declared=2),
@@ -224,7 +229,7 @@ def test_the_controller_orders_by_declaration_or_first_use_as_the_bench_asks():
                              ("first-use", ("w1", "w2", "w3")),
                              ("layer", ("w1", "w2", "w3"))):
         settings = dataclasses.replace(Settings.resolve(), algorithm=algorithm)
-        c = Controller(["127.0.0.1:1"], settings, install=False)
+        c = Controller(RunConfig.build(settings, ["127.0.0.1:1"], install=False))
         ((graph, schedule),) = c._parts_for(algorithm, {"worker:0": g}, None, set(),
                                             {"metric"})
         assert schedule.order == order, algorithm

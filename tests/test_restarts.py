@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tictac_hooks.run import planner
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings
 from tictac_hooks.cluster.launcher import LocalCluster
@@ -29,7 +30,8 @@ def test_a_ps_restarted_under_a_running_controller_gets_the_order_within_one_rea
     so in one line; the other PS is left as it is."""
     with LocalCluster(num_ps=2, num_workers=1) as cluster:
         ps0, ps1 = cluster.ps_addresses
-        controller = Controller(cluster.ps_addresses, Settings.resolve(check_rounds=0))
+        controller = Controller(RunConfig.build(Settings.resolve(check_rounds=0),
+                                                cluster.ps_addresses))
         controller.connect()
         parts = two_ps_order()
         controller.runner.switched("tic", {"tic": parts})
@@ -203,16 +205,15 @@ def test_a_restored_order_is_paced_and_only_for_its_algorithm_and_link(
         monkeypatch, algorithm, bandwidth, restored, said):
     """A saved order runs paced like a switched one (the run's bandwidth), and is not
     restored for another algorithm or link rate than it was computed for."""
-    from tictac_hooks.run.controller import Controller
-    from tictac_hooks.run.settings import Settings
     lines = []
-    c = Controller(["127.0.0.1:1"], Settings.resolve(algorithm=algorithm), install=False)
+    c = Controller(RunConfig.build(Settings.resolve(algorithm=algorithm), ["127.0.0.1:1"],
+                                   install=False, bandwidth=bandwidth))
     monkeypatch.setattr(c, "say", lines.append)
     monkeypatch.setattr(c, "wait_for_profiled_records", lambda *a, **k: True)
     graphs, saved = _saved(["tic"], "tic", 125e6)
-    assert c.restore(graphs, saved, "backup/tictac_order.json", bandwidth=bandwidth) is restored
+    assert c.restore(graphs, saved, "backup/tictac_order.json") is restored
     assert said in lines[-1], lines
-    assert c.pace_rate == (bandwidth if restored else None)
+    assert c.pace_rate == bandwidth  # the run's, as the switch's install would take it
 
 
 def test_the_fingerprint_holds_the_bytes_of_every_transfer():

@@ -7,6 +7,7 @@ import pytest
 from absl import flags
 
 import tictac_hooks.flags as tictac_flags
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import (Settings, TicTacSetupError, check_backends,
                                              honoured)
@@ -129,7 +130,7 @@ def test_the_in_process_client_refuses_pacing_settings_instead_of_ignoring_them(
 def test_controller_refuses_an_explicit_align_at_connect_and_runs_a_default_one():
     gate = Gate(skip_after_s=5.0, window_bytes=0)
     with inprocess.serve_in_process(PS, gate):
-        c = Controller([PS], Settings.resolve(align="off"), verbose=False)
+        c = Controller(RunConfig.build(Settings.resolve(align="off"), [PS]), verbose=False)
         with pytest.raises(TicTacSetupError, match=r"align='off' was set .* the PS at "
                                                    rf"{PS} runs the inprocess backend"):
             c.connect()
@@ -137,10 +138,11 @@ def test_controller_refuses_an_explicit_align_at_connect_and_runs_a_default_one(
 
         # The default (auto): the controller wants to pace and align (a bandwidth was
         # given), the in-process backend gets neither, and the install goes through.
-        c = Controller([PS], Settings.resolve(check_rounds=0), verbose=False)
+        c = Controller(RunConfig.build(Settings.resolve(check_rounds=0), [PS],
+                                       bandwidth=1e6), verbose=False)
         c.connect()
         assert c.backends[PS][0] == "inprocess"
-        c.switch(_graph(), bandwidth=1e6)
+        c.switch(_graph())
         assert (c.pace_rate, c.align) == (1e6, False)
         assert gate.summary()["algorithm"] == "tic"
         assert inprocess.calls(PS)["install"] == 1

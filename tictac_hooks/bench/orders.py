@@ -111,6 +111,7 @@ def make_controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, l
                      rate_bits: float) -> dict:
     """One Controller per algorithm (the TicTacHook code path), schedule computed,
     then lifted again until its block."""
+    from tictac_hooks.run.config import RunConfig
     from tictac_hooks.run.controller import Controller
     from tictac_hooks.run.settings import Settings
     out = {}
@@ -122,14 +123,13 @@ def make_controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, l
                             window_bytes=cfg["window_bytes"], check_rounds=rounds,
                             check_block_steps=cfg["check_block_steps"],
                             recheck_every=0)
-        controller = Controller(cfg["ps_addresses"], settings, install=True,
-                                training=cfg["mode"] == "training")
-        if name.endswith((ALIGNED, FIFO)):
-            controller.align = name.endswith(ALIGNED)
+        # The variants' service: aligned or one worker after the other, or not paced.
+        controller = Controller(RunConfig.build(
+            settings, cfg["ps_addresses"], bandwidth=rate_bits / 8.0,
+            training=cfg["mode"] == "training", pace=not name.endswith(NOPACE),
+            align=name.endswith(ALIGNED) if name.endswith((ALIGNED, FIFO)) else None))
         controller.connect()
-        controller.switch(graphs, compute_times=compute, bandwidth=rate_bits / 8.0, late=late)
-        if name.endswith(NOPACE):
-            controller.pace_rate = 0.0  # from its first block on (switch's install is lifted)
+        controller.switch(graphs, compute_times=compute, late=late)
         controller.suspend()
         out[name] = controller
     return out

@@ -13,6 +13,7 @@ from typing import Any
 from tictac_hooks import checks
 from tictac_hooks.run.cluster_spec import (ps_addresses_from_cluster_spec,
                                                  worker_addresses_of)
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.driver import StepDAG, StepDriver
@@ -119,14 +120,17 @@ class TicTacLoop:
 
     def start(self) -> None:
         """Connects to every PS's gate (clear error if one has none)."""
-        # the coordinator spreads the scheduled steps over every worker task
-        self._driver = StepDriver(self._ps_addresses(), self.settings,
-                                  find_dag=self._find_dag, join=self.coordinator.join,
-                                  poll_every=POLL_EVERY_STEPS, training=self.training,
-                                  worker_addresses=worker_addresses_of(
-                                      self.coordinator.strategy))
+        self._driver = StepDriver(self.run_config(), find_dag=self._find_dag,
+                                  join=self.coordinator.join)
         self.controller = self._driver.controller
         self._driver.start()
+
+    def run_config(self) -> RunConfig:
+        """The loop's config: the coordinator spreads the steps over every worker."""
+        return RunConfig.build(self.settings, self._ps_addresses(), bandwidth=self.bandwidth,
+                               training=self.training,
+                               worker_addresses=self._worker_addresses(),
+                               poll_every=POLL_EVERY_STEPS)
 
     def step(self) -> None:
         """Call once after each ``coordinator.schedule`` of the step function."""
@@ -147,9 +151,12 @@ class TicTacLoop:
         spec = keras_internals.strategy_cluster_spec(self.coordinator.strategy)
         return ps_addresses_from_cluster_spec(spec)
 
+    def _worker_addresses(self) -> dict[str, str]:
+        return worker_addresses_of(self.coordinator.strategy)
+
     def _find_dag(self) -> StepDAG:
         concrete = traced_function(self.step_function, "the step function")
-        dag = dag_of(concrete, None, self.bandwidth, model=self.model)
+        dag = dag_of(concrete, None, model=self.model)
         if self.model is not None or self.settings.algorithm == "tac":
             dag = dataclasses.replace(dag, compute_times=profile_for(
                 self.controller, concrete, dag, self.batch_size))

@@ -10,6 +10,7 @@ from typing import Any
 from tictac_hooks import checks
 from tictac_hooks.run.cluster_spec import (ps_addresses_from_cluster_spec,
                                                  worker_addresses_of)
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.driver import StepDAG, StepDriver
@@ -225,15 +226,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
 
     # --- runs: one StepDriver per fit / evaluate / predict call ----------------------------
     def _begin(self, mode: str) -> None:
-        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
-                                    self.skip_timeout, self.stats_every,
-                                    self.window_bytes, self.check_rounds,
-                                    self.check_block_steps,
-                                    recheck_every=self.recheck_every, align=self.align)
-        if settings.log_dir and mode != "train":
-            settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
-        # predict runs on the coordinator (tf_keras does not dispatch it to workers).
-        jobs = ("chief",) if mode == "predict" else ("worker",)
+        config = self.run_config(mode)
+        settings = config.settings
         # The switch leaves fit's dispatch thread (a step's dispatch takes well under
         # a millisecond; the switch seconds): fit goes on in TensorFlow's order meanwhile.
         # fit saves its order for a restart beside BackupAndRestore's state (else in
@@ -241,19 +235,33 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         restarts = dict(order_dir=lambda: self._order_dir(settings.log_dir),
                         find_graphs=lambda: self._find_dag(mode, times=False).graphs
                         ) if mode == "train" else {}
-        driver = StepDriver(self._ps_addresses(), settings,
+        driver = StepDriver(config,
                             find_dag=lambda: self._find_dag(mode, times=False),
                             find_times=lambda dag: self._compute_times(mode, dag),
-                            join=self._join,
-                            destination_jobs=jobs, training=mode == "train",
-                            background_switch=self.background_switch,
-                            # fit's steps are spread over every worker (predict's run
-                            # on the chief)
-                            worker_addresses=self._worker_addresses(),
-                            spread=mode != "predict", **restarts)
+                            join=self._join, **restarts)
         self.controller = driver.controller
         driver.start()
         self._driver, self._mode = driver, mode
+
+    def run_config(self, mode: str) -> RunConfig:
+        """The config of a fit ("train"), evaluate ("test") or predict run (evaluate's
+        and predict's logs go to a folder of their own in ``log_dir``)."""
+        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
+                                    self.skip_timeout, self.stats_every,
+                                    self.window_bytes, self.check_rounds,
+                                    self.check_block_steps,
+                                    recheck_every=self.recheck_every, align=self.align)
+        if settings.log_dir and mode != "train":
+            settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
+        # predict runs on the coordinator (tf_keras does not dispatch it to workers);
+        # fit's and evaluate's steps are spread over every worker.
+        return RunConfig.build(settings, self._ps_addresses(), bandwidth=self.bandwidth,
+                               training=mode == "train",
+                               destination_jobs=("chief",) if mode == "predict"
+                               else ("worker",),
+                               worker_addresses=self._worker_addresses(),
+                               spread=mode != "predict",
+                               background_switch=self.background_switch)
 
     def _step(self, mode: str, batch: int) -> None:
         """A call of the current run was dispatched (scheduled on a worker under PSS).
@@ -297,7 +305,7 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         profile when asked for or when TAC needs it (compute_profile.py: the traced step
         itself, run in a child process; a failure turns TAC off, never training), unless
         ``times`` is False."""
-        dag = dag_of(self._concrete(mode), None, self.bandwidth, model=self.model)
+        dag = dag_of(self._concrete(mode), None, model=self.model)
         if times:
             dag = dataclasses.replace(dag, compute_times=self._compute_times(mode, dag))
         return dag

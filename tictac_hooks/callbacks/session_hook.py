@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from tictac_hooks import checks
 from tictac_hooks.run.cluster_spec import ps_addresses_from_cluster_spec
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.driver import StepDAG, StepDriver
@@ -135,14 +136,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
 
     # --- hook methods -----------------------------------------------------------------------
     def begin(self) -> None:
-        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
-                                    self.skip_timeout, window_bytes=self.window_bytes,
-                                    check_rounds=self.check_rounds,
-                                    check_block_steps=self.check_block_steps,
-                                    recheck_every=self.recheck_every, align=self.align)
-        self._driver = StepDriver(self._ps_addresses(), settings, find_dag=self._find_dag,
-                                  install=self._chief(), poll_every=self.poll_every,
-                                  training=self.training)
+        self._driver = StepDriver(self.run_config(), find_dag=self._find_dag)
         self.controller = self._driver.controller
         self._declared = _declared_variables()
         self._driver.start()
@@ -170,10 +164,24 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         if self._driver is not None:
             self.summary = self._driver.finish()
 
+    def run_config(self) -> RunConfig:
+        """The session's config: its steps are this process's own (each worker task of a
+        between-graph job runs its session; no addresses to probe for lost workers)."""
+        settings = Settings.resolve(self.algorithm, self.profile_steps, self.log_dir,
+                                    self.skip_timeout, window_bytes=self.window_bytes,
+                                    check_rounds=self.check_rounds,
+                                    check_block_steps=self.check_block_steps,
+                                    recheck_every=self.recheck_every, align=self.align)
+        return RunConfig.build(settings, self._ps_addresses(), bandwidth=self.bandwidth,
+                               training=self.training, install=self._chief(),
+                               poll_every=self.poll_every)
+
     # --- where graph mode keeps what the driver needs ----------------------------------------
     def _ps_addresses(self) -> list[str]:
-        spec = self.cluster_spec if self.cluster_spec is not None else _tf_config()["cluster"]
-        return ps_addresses_from_cluster_spec(spec)
+        return ps_addresses_from_cluster_spec(self._cluster_spec())
+
+    def _cluster_spec(self) -> Any:
+        return self.cluster_spec if self.cluster_spec is not None else _tf_config()["cluster"]
 
     def _find_dag(self) -> StepDAG:
         """The DAG per worker task from the traced steps' partition graphs and the time
@@ -187,7 +195,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         except NoWorkerTaskError as e:
             raise TicTacSetupError(str(e)) from None
         self._traced = []  # free the metadata
-        return StepDAG(graphs, compute, late=frozenset(late), bandwidth=self.bandwidth)
+        return StepDAG(graphs, compute, late=frozenset(late))
 
     def _chief(self) -> bool:
         if self.is_chief is not None:

@@ -23,7 +23,7 @@ def traced_function(step_function: Any, what: str) -> Any:
 
 
 def dag_of(concrete: Any, compute_times: Mapping[str, float] | None = None,
-           bandwidth: float | None = None, model: Any = None) -> StepDAG:
+           model: Any = None) -> StepDAG:
     """The DAG of a traced step function: its reads of PS variables are the recvs.
     Reads ordered after same-step work (their inputs were dropped) are left
     unscheduled (``late``). With ``model``, each recv carries its variable's position
@@ -39,8 +39,7 @@ def dag_of(concrete: Any, compute_times: Mapping[str, float] | None = None,
             "the model's declaration order could not be read (%s: %s); the DAG goes "
             "without it (only the 'declared' baseline needs it)", type(e).__name__, e)
         extraction = extract_concrete_function(concrete, remote_variables=["/job:ps"])
-    return StepDAG(extraction.graph, compute_times, late=frozenset(extraction.dropped_inputs),
-                   bandwidth=bandwidth)
+    return StepDAG(extraction.graph, compute_times, late=frozenset(extraction.dropped_inputs))
 
 
 def profile_for(controller: Controller, concrete: Any, dag: StepDAG,

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from tictac_hooks.run import coverage, order_check, planner, reading
 from tictac_hooks.run import settings as settings_mod
 from tictac_hooks.run.check_runner import CheckRunner
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.steplog import StepLog
 from tictac_hooks.run.switching import Switching
@@ -42,24 +43,18 @@ class Controller(Switching):
     """Talks to every PS's rendezvous; computes, installs and reports the schedule.
 
     Args:
-      ps_addresses: the PS addresses of the cluster spec (each a TicTac rendezvous).
-      settings: see :class:`Settings`.
-      install: whether this process installs schedules (the chief does; other workers
-        of a between-graph job only report).
-      destination_jobs: the jobs whose steps are scheduled and reported ("worker";
-        "chief" for Keras predict, which runs on the coordinator).
-      worker_addresses: task ("worker:1") -> its address, to tell a dead worker from a
-        slow one (reading.find_lost_workers).
-      spread_over: the workers the loop's dispatched steps go to (CheckPlan.workers).
+      config: the run's :class:`RunConfig` (settings, addresses, link rate, ...): read
+        from there only. ``settings`` starts as the config's and changes once at most,
+        when TAC cannot run and the run falls back to TIC.
+      check: the order check's plan (None: the settings').
+      join: waits until every dispatched step has run.
     """
 
-    def __init__(self, ps_addresses: Sequence[str], settings: Settings,
-                 install: bool = True, destination_jobs: Sequence[str] = ("worker",),
-                 check: "order_check.CheckPlan | None" = None,
-                 join: "Callable[[], None] | None" = None, verbose: bool = True,
-                 training: bool = True, worker_addresses: Mapping[str, str] | None = None,
-                 spread_over: int = 1) -> None:
-        self.ps_addresses = list(ps_addresses)
+    def __init__(self, config: RunConfig, check: "order_check.CheckPlan | None" = None,
+                 join: "Callable[[], None] | None" = None, verbose: bool = True) -> None:
+        self.config = config
+        settings, install = config.settings, config.install
+        self.ps_addresses = list(config.ps_addresses)
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
         # the settings' (argument, else --tictac_check_* flag, else built-in default).
         if check is None:
@@ -73,22 +68,16 @@ class Controller(Switching):
             poll=self.poll, mark_pause=self.mark_pause, say=self.say,
             on_result=self._decided_on)
         self.verbose = verbose
-        # Bytes/s of a PS's link for the native gate's pacing (gate.h); None: off.
-        self.pace_rate: float | None = None
-        # How the native gate's pacing shares a PS link among the workers of one step
-        # (gate.h): aligned (k-th transfer to every worker before any (k+1)-th) or one
-        # worker after the other; "auto": the latter for training, where staggered
-        # workers push gradients while others still pull (measured in benchmarks/RESULTS.md).
-        self.align: bool | None = {"on": True, "off": False}.get(settings.align,
-                                                                 not training)
-        self.destination_jobs = tuple(destination_jobs)
+        self.destination_jobs = config.destination_jobs
         self.settings = settings
         self.installs = install
         self.schedule: Schedule | None = None
-        self.steplog = StepLog(destination_jobs)
+        self.steplog = StepLog(self.destination_jobs)
         self._pauses: list[tuple[float, float]] = []
         self._beside: list[list[float]] = []  # [start, end] of work beside the loop
-        self._link_rate: float | None = None
+        # The rate TAC's recv times and E use: the config's bandwidth, else the fastest
+        # link measured while profiling (at the switch), or the saved order's.
+        self._link_rate: float | None = config.bandwidth
         self._writer = StepTimeWriter(settings.log_dir) if settings.log_dir else None
         self.compute_seconds: float | None = None  # per-step compute, when profiled
         self.not_ordered_reason: str | None = None  # why the switch left TF's order
@@ -113,8 +102,8 @@ class Controller(Switching):
         self._lock = threading.RLock()
         self.dispatched = 0  # training steps the loop dispatched
         # task ("worker:1") -> its address, to tell a dead worker from a slow one
-        self.worker_addresses: dict[str, str] = dict(worker_addresses or {})
-        self.spread_over = max(1, spread_over)
+        self.worker_addresses: dict[str, str] = dict(config.worker_addresses)
+        self.spread_over = config.spread_over
         self._probed: dict[str, float] = {}
         # Where the order is saved for a job restart (saved_order.py; None: not saved),
         # what it is valid for, and the file a restored order came from.
@@ -296,6 +285,16 @@ class Controller(Switching):
     def served_transfers(self) -> dict[str, set[str]]:
         """worker -> names of the transfers the PSes served it during profiling."""
         return self.steplog.served_copy()
+
+    @property
+    def pace_rate(self) -> float | None:
+        """The native gate's pacing rate (gate.h): the config's link rate (bytes/s)."""
+        return self.config.pace_rate
+
+    @property
+    def align(self) -> bool | None:
+        """How the paced service shares a PS link among a step's workers (RunConfig)."""
+        return self.config.align
 
     def link_rate(self) -> float | None:
         """Bytes per second of the fastest profiled step on a PS link: a transfer

@@ -31,10 +31,10 @@ import logging
 import statistics
 import threading
 import time
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping
 
+from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
-from tictac_hooks.run.settings import Settings
 from tictac_hooks.graph.dag import Graph
 
 log = logging.getLogger("tictac")
@@ -43,13 +43,12 @@ log = logging.getLogger("tictac")
 @dataclasses.dataclass
 class StepDAG:
     """What the adapter found for the switch: the worker's DAG (or one per worker task,
-    in-graph replication), measured compute times (TAC, E), recvs that depend on the
-    step's own work (left unscheduled), and the link rate in bytes/s when known."""
+    in-graph replication), measured compute times (TAC, E) and recvs that depend on the
+    step's own work (left unscheduled). The link rate is the run's (RunConfig)."""
 
     graphs: Graph | Mapping[str, Graph]
     compute_times: Mapping[str, float] | None = None
     late: frozenset[str] | set[str] = frozenset()
-    bandwidth: float | None = None
 
 
 _KEEP_COSTS = 1 << 20  # per-step costs kept for the median (8 MiB at most)
@@ -60,25 +59,13 @@ class StepDriver:
     session): counts steps and drives its :class:`Controller`.
 
     Args:
-      ps_addresses: the cluster's PS addresses, in task order.
-      settings: resolved :class:`Settings`.
+      config: the run's :class:`RunConfig` (settings, addresses, link rate, whether
+        this process installs, the jobs reported, how often records are read, whether
+        the switch runs in the background).
       find_dag: called once, at the switch, after ``join``: the adapter's
         :class:`StepDAG` of the step function that runs.
       join: waits until every dispatched step has run (``ClusterCoordinator.join``);
         None where steps run synchronously (graph mode).
-      install: whether this process installs orders (the chief).
-      destination_jobs: the jobs whose steps are scheduled and reported.
-      poll_every: read step records every this many steps (None: as often as the
-        gates' history needs, and on :meth:`epoch_end`); reads run on a thread of their
-        own.
-      training: whether the steps train (the ``align`` setting's "auto" picks by it).
-      background_switch: run the switch (finding the DAG, the compute profile,
-        computing and installing the order) on a thread of its own while the loop goes
-        on dispatching in TensorFlow's order, instead of holding the loop; ``join``
-        is then not called for it (the switch waits for the gates' records of the
-        profiled steps instead). The Keras callback uses it: fit's dispatch of a step
-        takes well under a millisecond under ParameterServerStrategy, and tf_keras
-        warns about a batch hook that takes longer than that.
       find_times: measures the compute times of a DAG found by ``find_dag`` (None:
         ``find_dag`` brings them). Given, TIC's order, which needs none, is installed
         before they are measured (the order check then waits for them).
@@ -87,38 +74,28 @@ class StepDriver:
         an earlier run of the job is restored, without profiling, when it fits.
       find_graphs: the step function's DAG (or one per worker task) as traced, without
         compute times: what a saved order must fit (needed with ``order_dir``).
-      worker_addresses: task ("worker:1") -> address of every worker task.
-      spread: whether the dispatched steps are spread over those workers (False: they
-        run on one, as Keras predict's on the chief).
     """
 
-    def __init__(self, ps_addresses: Sequence[str], settings: Settings,
-                 find_dag: Callable[[], StepDAG], join: Callable[[], None] | None = None,
-                 install: bool = True, destination_jobs: Sequence[str] = ("worker",),
-                 poll_every: int | None = None, training: bool = True,
-                 background_switch: bool = False,
+    def __init__(self, config: RunConfig, find_dag: Callable[[], StepDAG],
+                 join: Callable[[], None] | None = None,
                  find_times: "Callable[[StepDAG], Mapping[str, float] | None] | None"
                  = None,
                  order_dir: Callable[[], str | None] | None = None,
-                 find_graphs: Callable[[], Graph | Mapping[str, Graph]] | None = None,
-                 worker_addresses: Mapping[str, str] | None = None, spread: bool = True
+                 find_graphs: Callable[[], Graph | Mapping[str, Graph]] | None = None
                  ) -> None:
-        workers = dict(worker_addresses or {})
-        self.controller = Controller(ps_addresses, settings, install=install,
-                                     destination_jobs=destination_jobs, join=join,
-                                     training=training, worker_addresses=workers,
-                                     spread_over=len(workers) if spread else 1)
-        self.settings = settings
+        self.config = config
+        self.controller = Controller(config, join=join)
+        self.settings = config.settings
         self._find_dag = find_dag
         self._join = join
-        self.poll_every = poll_every
+        self.poll_every = config.poll_every
         self.steps = 0
         self.epochs = 0
         # Seconds :meth:`step` took, per call (bounded), and which calls held the loop
         # on purpose (the switch, the order check's block boundaries).
         self._cost = array.array("d")
         self._held_cost: dict[str, list[float]] = {"switch": [], "check": []}
-        self.background_switch = background_switch
+        self.background_switch = config.background_switch
         self._switching: threading.Thread | None = None  # the switch in the background
         self._switched = threading.Event()  # the order is in place (or the switch ended)
         self._in_place = False                # the loop has seen it
@@ -206,8 +183,7 @@ class StepDriver:
                 return
             try:
                 self.restored = self.controller.restore(
-                    self._find_graphs(), saved, saved_order.path_in(directory),
-                    bandwidth=getattr(self, "bandwidth", None))
+                    self._find_graphs(), saved, saved_order.path_in(directory))
             except Exception as e:  # noqa: BLE001 - never kill training: say it, go on
                 self.controller.say(f"the saved order in {directory} could not be "
                                     f"restored ({type(e).__name__}: {e}): profiling again")
@@ -291,9 +267,8 @@ class StepDriver:
                 dag = dataclasses.replace(dag, compute_times=self._find_times(dag))
             if not holds_loop:
                 self.controller.wait_for_profiled_records()
-            self.controller.switch(dag.graphs, dag.compute_times, bandwidth=dag.bandwidth,
-                                   late=set(dag.late), holds_loop=holds_loop,
-                                   check_later=tic_first)
+            self.controller.switch(dag.graphs, dag.compute_times, late=set(dag.late),
+                                   holds_loop=holds_loop, check_later=tic_first)
             if tic_first:
                 if not holds_loop:
                     self._in_place_now()

@@ -27,7 +27,7 @@ class Switching:
 
     def switch(self, graphs: Graph | Mapping[str, Graph],
                compute_times: Mapping[str, float] | None = None,
-               bandwidth: float | None = None, late: "set[str] | None" = None,
+               late: "set[str] | None" = None,
                holds_loop: bool = True, check_later: bool = False) -> Schedule | None:
         """Computes the order and installs it on every PS.
 
@@ -52,9 +52,7 @@ class Switching:
         self._fingerprint = saved_order.fingerprint(graphs, len(self.ps_addresses),
                                                     self.spread_over)
         served = set().union(*self.served_transfers().values())
-        self._link_rate = bandwidth or self.link_rate()
-        if bandwidth:
-            self.pace_rate = float(bandwidth)
+        self._link_rate = self.config.bandwidth or self.link_rate()
         algorithm = self.settings.algorithm
         if algorithm == "none":
             self.say("algorithm 'none': profiling only, no schedule installed")
@@ -152,13 +150,12 @@ class Switching:
                 self.say(f"the order check leaves {label} out: {e}")
 
     def restore(self, graphs: Graph | Mapping[str, Graph],
-                saved: "saved_order.SavedOrder", path: str,
-                bandwidth: float | None = None) -> bool:
+                saved: "saved_order.SavedOrder", path: str) -> bool:
         """The switch from an order saved by an earlier run of this job (``path``): if
         it was saved for this step function's DAG (``graphs``, as traced: names,
         inputs, PS and bytes) on a cluster of this shape, by this version, for this
-        run's algorithm and link rate (``bandwidth``, which paces it as the switch
-        would), installs the order it kept and checks it as usual, and returns True;
+        run's algorithm and link rate (the config's ``bandwidth``, which paces it as
+        the switch would), installs the order it kept and checks it as usual, and returns True;
         else says why in one line and returns False (profile again)."""
         if isinstance(graphs, Graph):
             graphs = {"worker": graphs}
@@ -175,13 +172,12 @@ class Switching:
             self.say(f"the order saved in {path} holds {held}; this run asks for "
                      f"{algorithm.upper()}: profiling again")
             return False
+        bandwidth = self.config.bandwidth
         if bandwidth and saved.link_rate and abs(bandwidth / saved.link_rate - 1) > 0.01:
             self.say(f"the order saved in {path} was computed for a link of "
                      f"{saved.link_rate * 8 / 1e9:.3g} Gbit/s; this run's is "
                      f"{bandwidth * 8 / 1e9:.3g} Gbit/s: profiling again")
             return False
-        if bandwidth:
-            self.pace_rate = float(bandwidth)
         self._fingerprint, self.restored_from = here, path
         # A gate enforces the listed names it has served (a PS serves the chief's own
         # reads first): it installs once a worker step was served, as the switch does.
