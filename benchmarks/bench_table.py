@@ -3,11 +3,10 @@ order and its straggler share, with the gate's totals and (--emulate-gpu) the em
 compute and the CPU guard's verdict. The tables of RESULTS.md's straggler and GPU-speed
 sections are printed by it.
 
-    python3 benchmarks/bench_table.py benchmarks/results/rejoin/*.json
+    python3 benchmarks/bench_table.py benchmarks/results/rejoin/*.json.gz
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -15,11 +14,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from tictac_hooks.bench.cpu_guard import CpuUse  # noqa: E402
+from tictac_hooks.records.files import load_json  # noqa: E402
 
 
 def rows(path: str) -> list[str]:
-    with open(path) as f:
-        result = json.load(f)
+    result = load_json(path)
     config = result["config"]
     out = []
     for run in result["runs"]:
@@ -57,7 +56,7 @@ def main(paths: list[str]) -> int:
           "throughput over it (its straggler share) | gate, compute |")
     print("|---|---|---|---|---|---|")
     for path in sorted(paths):
-        if path.endswith(".json") and os.path.getsize(path):
+        if path.endswith((".json", ".json.gz")) and os.path.getsize(path):
             print("\n".join(rows(path)))
     return 0
 

@@ -93,6 +93,8 @@ def main() -> int:
         model, _, batch = model.partition("/")
         path = os.path.join(args.out, result_name(model, mode, workers, ps, bandwidth))
         if args.report_only:
+            if not os.path.exists(path) and os.path.exists(path + ".gz"):
+                path += ".gz"  # kept compressed (compact_results.py)
             if not os.path.exists(path):
                 print(f"no result for {spec}: {path} (run without --report-only)",
                       file=sys.stderr)

@@ -14,13 +14,15 @@ a gain where it is above.
 """
 from __future__ import annotations
 
-import glob
-import json
 import os
 import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+from tictac_hooks.records.files import json_paths, load_json  # noqa: E402
+
 MARGINS = (1.0, 1.02, 1.03, 1.05, 1.07, 1.10)
 
 
@@ -48,8 +50,8 @@ def kept(medians: dict[str, float], margin: float) -> str | None:
 def main(dirs: list[str]) -> int:
     runs = []
     for d in dirs:
-        for path in sorted(glob.glob(os.path.join(d, "*-r*.json"))):
-            run = json.load(open(path))
+        for path in json_paths(os.path.join(d, "*-r*.json")):
+            run = load_json(path)
             held = (run.get("with_check") or {}).get("ratio_median")
             cands = [c for c in run["check"]["candidates"] if c in run["orders"]]
             medians = {c: statistics.median(pair_ratios(run, c)) for c in cands}

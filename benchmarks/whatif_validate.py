@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tictac_hooks.records.files import json_paths, load_json  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ORDERS = ("default", "random", "declared", "first-use", "tic", "tac")
@@ -41,8 +42,7 @@ def cpu_per_step(path: str) -> float:
     CPU over its steps, set-up included. The coordinator's is left out: mostly set-up
     (imports, the model, tracing, the compute profile): a dlrm run with 21 % more steps
     cost it less (results/whatif/calibration/long/). The median over the runs found."""
-    with open(path) as f:
-        run = json.load(f)
+    run = load_json(path)
     if not run.get("worker_usage"):
         raise SystemExit(f"{path}: no worker_usage recorded; rerun the calibration "
                          "(see the module docstring)")
@@ -53,8 +53,7 @@ def cpu_per_step(path: str) -> float:
 
 def measured(path: str) -> dict[str, dict[str, float]]:
     """order -> {step_s, gain} of one fit-bench run."""
-    with open(path) as f:
-        orders = json.load(f)["orders"]
+    orders = load_json(path)["orders"]
     out = {}
     for name in ORDERS:
         o = orders.get(name)
@@ -75,17 +74,16 @@ def validate(models: list[str], cpus: float, sources: dict[str, str],
     from tictac_hooks.graph.whatif import Cluster, predict
     rows = []
     for model in models:
-        calibration = sorted(glob.glob(os.path.join(calibration_dir, "**", f"{model}-w1-*.json"),
-                                       recursive=True))
+        calibration = json_paths(os.path.join(calibration_dir, "**", f"{model}-w1-*.json"),
+                                 recursive=True)
         if not calibration:
             raise SystemExit(f"{model}: no calibration run in {calibration_dir}")
         cpu_s = statistics.median(cpu_per_step(p) for p in calibration)
         profile = dataclasses.replace(profiles.builtin(model), cpu_s=cpu_s)
         for source, pattern in sources.items():
             by_point: dict[tuple[int, int, str], list[dict]] = {}
-            for path in sorted(glob.glob(pattern.format(model=model))):
-                with open(path) as f:
-                    cfg = json.load(f)["config"]
+            for path in json_paths(pattern.format(model=model)):
+                cfg = load_json(path)["config"]
                 by_point.setdefault((cfg["workers"], cfg["ps"], cfg["rate"]),
                                     []).append(measured(path))
             for (w, ps, rate), found in sorted(by_point.items()):

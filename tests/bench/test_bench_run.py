@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -14,6 +13,7 @@ import pytest
 
 from tictac_hooks.records import (BenchRun, CheckSummary, GateCounts, InRunCompute,
                                   ProfiledCompute, RecordError, UnscheduledTransfer)
+from tictac_hooks.records.files import json_paths, load_json
 
 from .results import sweep_result, with_run
 
@@ -105,11 +105,10 @@ def test_fields_added_later_default_where_a_result_lacks_them():
 
 
 def test_every_result_kept_in_the_repository_reads_and_writes_back_its_values():
-    paths = [p for p in glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True)]
+    paths = json_paths(os.path.join(RESULTS, "**", "*.json"), recursive=True)
     runs = 0
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        data = load_json(path)
         if not (isinstance(data, dict) and "runs" in data and "config" in data):
             continue  # another benchmark's output (overhead, probes)
         res = BenchRun.from_json(data)

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import glob
 import json
 import os
 import sys
 
 import pytest
+
+from tictac_hooks.records.files import json_paths
 
 from .results import result as _result, with_run
 
@@ -100,7 +101,7 @@ RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 def test_the_results_kept_in_the_repository_still_make_a_report(tmp_path, monkeypatch):
     from tictac_hooks.bench.report import load_results, write_report
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # the tables only: fast
-    paths = sorted(glob.glob(os.path.join(RESULTS, "sweep", "*.json")))
+    paths = json_paths(os.path.join(RESULTS, "sweep", "*.json"))
     if not paths:
         pytest.skip("no sweep results in this checkout")
     results = load_results(paths)

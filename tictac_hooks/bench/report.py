@@ -21,7 +21,6 @@ simulator's section :mod:`~tictac_hooks.bench.accuracy`'s, the plots
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Callable, Sequence
 
@@ -32,6 +31,7 @@ from tictac_hooks.bench.gains import fmt as _fmt
 from tictac_hooks.bench.limit import limit_section
 from tictac_hooks.bench.plots import BENCH_EXTRA, pyplot, write_plots
 from tictac_hooks.records import BenchRun, Comparison, RateRun, ScheduleSummary
+from tictac_hooks.records.files import load_json
 
 
 def wire_compute(run: RateRun) -> float | None:
@@ -116,8 +116,7 @@ def load_results(paths: Sequence[str], repredict: bool = False) -> list[BenchRun
     from tictac_hooks.bench.predict import load_inputs, repredict as predict_again
     results = []
     for path in paths:
-        with open(path) as f:
-            result = BenchRun.from_json(json.load(f))
+        result = BenchRun.from_json(load_json(path))
         inputs = load_inputs(path) if repredict else None
         if inputs is not None:
             if len(inputs) != len(result.runs):
