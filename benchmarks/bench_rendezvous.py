@@ -36,6 +36,7 @@ import time
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import grpc  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -46,7 +47,7 @@ from tictac_hooks.cluster.procs import die_with_parent, on_lasting_thread  # noq
 from tictac_hooks.ports import free_port  # noqa: E402
 from tictac_hooks.bench.metrics import median_ci  # noqa: E402
 from tictac_hooks.bench.workloads import comm_heavy as comm_heavy_model  # noqa: E402
-from tictac_hooks.bench.procstat import cpu_seconds as cpu_s, rss_mib  # noqa: E402
+from benchmarks.lab.procstat import cpu_seconds as cpu_s, rss_mib  # noqa: E402
 from tictac_hooks.graph.schedule import Schedule  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()

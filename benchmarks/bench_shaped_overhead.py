@@ -51,9 +51,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from tictac_hooks.bench import linkmeter  # noqa: E402
+from benchmarks.lab import linkmeter  # noqa: E402
 from tictac_hooks.bench.metrics import median_ci  # noqa: E402
-from tictac_hooks.bench.procstat import cpu_seconds as process_cpu_s  # noqa: E402
+from benchmarks.lab.procstat import cpu_seconds as process_cpu_s  # noqa: E402
 from tictac_hooks.cluster import netns  # noqa: E402
 from tictac_hooks.cluster.launcher import LocalCluster  # noqa: E402
 from tictac_hooks.bench.runner import provenance  # noqa: E402

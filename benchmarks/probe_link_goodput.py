@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def measure(rates: list[int], mib: int, repeats: int) -> list[dict]:
-    from tictac_hooks.bench import linkmeter
+    from benchmarks.lab import linkmeter
     from tictac_hooks.cluster import netns
     rows = []
     netns.cleanup_stale()

@@ -44,7 +44,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tictac_hooks import flags as tictac_flags  # noqa: E402
-from tictac_hooks.bench import limit, metrics, timeline, workloads  # noqa: E402
+from benchmarks.lab import timeline  # noqa: E402
+from tictac_hooks.bench import limit, metrics, workloads  # noqa: E402
 from tictac_hooks.bench.limit import LinkLimit  # noqa: E402
 from tictac_hooks.bench.runner import (PROFILE_RATE, WORKER_ENV, client_result,  # noqa: E402
                                        parse_rates, provenance, serve_client)

@@ -30,10 +30,11 @@ echo "[setup] creating .venv (TensorFlow CPU, tf_keras, Keras 3, tictac-hooks)" 
 .venv/bin/python -m pip install -q --upgrade pip
 # tensorflow-cpu rather than tensorflow: half the download, enough for CPU machines.
 # The extras by hand (the package goes in with --no-deps below): [test] pytest,
-# hypothesis, jsonschema and pyyaml, [bench] matplotlib (the benchmark report's plots;
-# the tests check them).
+# hypothesis, jsonschema, pyyaml and wheel (tests/test_wheel.py builds the package's
+# wheel), [bench] matplotlib (the benchmark report's plots; the tests check them).
 .venv/bin/python -m pip install -q "tensorflow-cpu==2.21.*" "keras>=3.10" "grpcio>=1.60" \
-  numpy absl-py protobuf tensorboard hpack pytest hypothesis jsonschema pyyaml matplotlib
+  numpy absl-py protobuf tensorboard hpack pytest hypothesis jsonschema pyyaml matplotlib \
+  wheel
 # tf_keras declares a dependency on the full `tensorflow` wheel; tensorflow-cpu provides
 # the same module, so install it without its dependencies.
 .venv/bin/python -m pip install -q --no-deps "tf_keras==2.21.*"

@@ -43,12 +43,18 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 import pytest
 
 from tictac_hooks.cluster.procs import pid_alive
+
+# The lab's modules (benchmarks/lab/, not in the wheel) import as benchmarks.lab.<name>.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 

@@ -136,7 +136,7 @@ def test_median_ci_is_a_seeded_bootstrap_interval_around_the_median():
 def test_procstat_reads_a_process_cpu_seconds_and_memory():
     import os
 
-    from tictac_hooks.bench.procstat import cpu_seconds, rss_mib
+    from benchmarks.lab.procstat import cpu_seconds, rss_mib
     t0 = cpu_seconds(os.getpid())
     sum(i * i for i in range(3_000_000))
     assert cpu_seconds(os.getpid()) > t0 > 0

@@ -1,4 +1,4 @@
-"""bench/timeline.py: a worker's step read from a synthetic step_stats-like trace."""
+"""benchmarks/lab/timeline.py: a worker's step read from a synthetic step_stats-like trace."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from tictac_hooks.bench import timeline
+from benchmarks.lab import timeline
 from tictac_hooks.records import TransferRecord
 
 BASE_US = 1_700_000_000_000_000  # the step's first event, in epoch microseconds

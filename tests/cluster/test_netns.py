@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tictac_hooks.bench import linkmeter
+from benchmarks.lab import linkmeter
 from tictac_hooks.cluster import netns
 from tictac_hooks.cluster.launcher import LocalCluster, repo_pythonpath
 from tictac_hooks.cluster.netns import NetworkError, ShapedNetwork, cluster_hosts

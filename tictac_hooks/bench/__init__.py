@@ -13,11 +13,6 @@
   :mod:`~tictac_hooks.bench.accuracy` (simulated against measured) and
   :mod:`~tictac_hooks.bench.plots` (matplotlib, imported lazily);
 - :mod:`~tictac_hooks.bench.predict` the simulator's prediction of a step, per order;
-- :mod:`~tictac_hooks.bench.linkmeter` what a shaped link really carries (goodput,
-  round trips, bytes through its token bucket);
-- :mod:`~tictac_hooks.bench.procstat` a process's CPU seconds and memory, from /proc;
-- :mod:`~tictac_hooks.bench.timeline` a worker's step read from its FULL_TRACE
-  step_stats (benchmarks/probe_step_timeline.py);
 - :mod:`~tictac_hooks.bench.fit_mode` ``--frontend fit``: tf_keras fit under
   ParameterServerStrategy, the orders in the order check's blocks, on the user's model
   (:mod:`~tictac_hooks.bench.user_model`) or a built-in

@@ -16,7 +16,7 @@ on SIGINT/SIGTERM) kills the processes it started and deletes its namespaces, wh
 destroys the veth pairs and the bridge with them (:mod:`tictac_hooks.cluster.cleanup`).
 :func:`cleanup_stale` removes what a crashed run (owner pid gone) left behind. What is
 measured over such a network (bulk transfers, round trips, bytes through a link) is in
-:mod:`tictac_hooks.bench.linkmeter`.
+benchmarks/lab/linkmeter.py.
 
 Needs root, ``ip`` and ``tc`` (iproute2), and the ``tbf`` qdisc; ``latency_ms > 0``
 also needs ``netem`` (``CONFIG_NET_SCH_NETEM``), which some kernels lack.
