@@ -17,6 +17,7 @@ from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.driver import StepDAG, StepDriver
+from tictac_hooks.run.summary import RunSummary
 from tictac_hooks.callbacks.step_function import dag_of, profile_for, traced_function
 
 POLL_EVERY_STEPS = 50  # read step records from the PSes every this many steps
@@ -103,6 +104,8 @@ class TicTacLoop:
             raise ValueError(f"training must be True or False, got {training!r}")
         self.training = training
         self.controller: Controller | None = None
+        # the last run's summary, and the same as JSON (tictac_summary.json's content)
+        self.run_summary: RunSummary | None = None
         self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None
 
@@ -142,7 +145,8 @@ class TicTacLoop:
         """Waits for scheduled steps, reads the final statistics, writes the logs."""
         if self._driver is None:
             return {}
-        self.summary = self._driver.finish()
+        self.run_summary = self._driver.finish()
+        self.summary = self.run_summary.to_json()
         return self.summary
 
     # --- where a custom loop keeps what the driver needs -------------------------------------

@@ -14,6 +14,7 @@ from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.driver import StepDAG, StepDriver
+from tictac_hooks.run.summary import RunSummary
 from tictac_hooks.callbacks.step_function import dag_of, profile_for, traced_function
 
 log = logging.getLogger("tictac")
@@ -155,7 +156,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         self.recheck_every = recheck_every
         self.align = align
         self.controller: Controller | None = None   # of the current / last run
-        self.summary: dict[str, Any] | None = None  # of the last finished run
+        # the last finished run's summary, and the same as JSON (tictac_summary.json's)
+        self.run_summary: RunSummary | None = None
+        self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None       # of the current run
         self._mode: str | None = None                # "train", "test" or "predict"
         # The last batch index fit reported per mode, in the current epoch: a call
@@ -277,7 +280,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
         driver = self._driver
         if driver is None or self._mode != mode:
             return
-        self.summary = driver.finish()
+        self.run_summary = driver.finish()
+        self.summary = self.run_summary.to_json()
         self._driver = self._mode = None
         if driver.settings.log_dir:
             log.info("TicTac: TensorBoard summaries in %s", driver.settings.log_dir)

@@ -14,6 +14,7 @@ from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.driver import StepDAG, StepDriver
+from tictac_hooks.run.summary import RunSummary
 from tictac_hooks.graph.tf.traced import NoWorkerTaskError, traced_worker_graphs
 
 log = logging.getLogger("tictac")
@@ -128,6 +129,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
         self.align = align
         self.training = training
         self.controller: Controller | None = None
+        # the last run's summary, and the same as JSON (tictac_summary.json's content)
+        self.run_summary: RunSummary | None = None
         self.summary: dict[str, Any] | None = None
         self._driver: StepDriver | None = None
         self._traced: list[Any] = []
@@ -162,7 +165,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
 
     def end(self, session: Any) -> None:
         if self._driver is not None:
-            self.summary = self._driver.finish()
+            self.run_summary = self._driver.finish()
+            self.summary = self.run_summary.to_json()
 
     def run_config(self) -> RunConfig:
         """The session's config: its steps are this process's own (each worker task of a

@@ -29,6 +29,7 @@ from tictac_hooks.run.check_runner import CheckRunner
 from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.steplog import StepLog
+from tictac_hooks.run.summary import OrderCounts, RunSummary
 from tictac_hooks.run.switching import Switching
 from tictac_hooks.run.tensorboard import StepTimeWriter
 from tictac_hooks.graph.simulate import efficiency
@@ -337,41 +338,36 @@ class Controller(Switching):
         self.steplog.set_ordered_ps(set())
 
     # --- end ------------------------------------------------------------------------------
-    def finish(self, hook: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Final poll; writes the transfer timeline next to the event files; returns a
-        summary (median step time before and after the switch, per worker; what was
-        read, ``records``; the frontend's cost per step, ``hook``, when given)."""
+    def finish(self, hook: Mapping[str, Any] | None = None) -> RunSummary:
+        """Final poll; writes the transfer timeline and the summary next to the event
+        files; returns the run's :class:`RunSummary` (the one place it is built)."""
         self.stop_reading()
         self.runner.finish()  # training ended inside the check: decide on what ran
         self.poll(everything=True)
-        summary = self.steplog.summary()
-        if self.not_ordered_reason:
-            summary["not_ordered"] = self.not_ordered_reason
-        if self.coverage is not None:
-            summary["coverage"] = self.coverage.to_json()
-        if self.schedule is not None:  # the order of the last install, as installed
-            summary["schedule"] = {"algorithm": self.schedule.algorithm,
-                                   "order": list(self.schedule.order),
-                                   "priority": dict(self.schedule.priority)}
-        if self.tac_off:
-            summary["tac_off"] = self.tac_off
-        if self.restored_from:
-            summary["restored_from"] = self.restored_from
-        summary["records"] = self.records_summary()
-        if hook is not None:
-            summary["hook"] = dict(hook)
-        if self.check_results:
-            results = [{k: v for k, v in r.to_json().items() if k != "blocks"}
-                       for r in self.check_results]
-            summary["check"] = results[-1]
+        logged = self.steplog.summary()
+        results = [{k: v for k, v in r.to_json().items() if k != "blocks"}
+                   for r in self.check_results]
+        check = None
+        if results:
+            check = dict(results[-1])
             if self.runner.same_as:
-                summary["check"]["same_as"] = dict(self.runner.same_as)
+                check["same_as"] = dict(self.runner.same_as)
             if self.runner.not_checked:
-                summary["check"]["not_checked"] = dict(self.runner.not_checked)
-            if len(results) > 1:
-                summary["checks"] = results
+                check["not_checked"] = dict(self.runner.not_checked)
+        summary = RunSummary(
+            config=self.config.fields(), workers=logged["workers"],
+            order=OrderCounts.from_counts(logged["order"]), records=self.records_summary(),
+            check=check, checks=tuple(results),
+            # the order of the last install, as installed
+            schedule=None if self.schedule is None else {
+                "algorithm": self.schedule.algorithm, "order": list(self.schedule.order),
+                "priority": dict(self.schedule.priority)},
+            coverage=None if self.coverage is None else self.coverage.to_json(),
+            not_ordered=self.not_ordered_reason or None, tac_off=self.tac_off or None,
+            restored_from=self.restored_from or None,
+            hook=None if hook is None else dict(hook))
         if self.settings.log_dir:
-            reading.write_logs(self.settings.log_dir, summary)
+            reading.write_logs(self.settings.log_dir, summary.to_json())
         if self._timeline is not None:
             self._timeline.close()
         if self._writer:

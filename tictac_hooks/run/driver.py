@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
+from tictac_hooks.run.summary import RunSummary
 from tictac_hooks.graph.dag import Graph
 
 log = logging.getLogger("tictac")
@@ -318,9 +319,9 @@ class StepDriver:
     def resume(self) -> None:
         self.controller.resume()
 
-    def finish(self) -> dict[str, Any]:
+    def finish(self) -> RunSummary:
         """Waits for dispatched steps, reads the last records, writes the logs; returns
-        the summary."""
+        the run's summary."""
         ended = self._ended_before_the_order()
         for thread in (self._switching, self._restoring):  # training ended meanwhile
             if thread is not None:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable
 
 from tictac_hooks.records import (CHECK, LISTED, PHASE_NAMES, PROFILING, SCHEDULED, GateStep,
                                   WorkerStep, bytes_per_transfer)
+from tictac_hooks.run.summary import ORDER_COUNTS
 
 _KEEP_STEP_TIMES = 4_096     # per (worker, phase): the medians are the latest steps'
 _KEEP_INTERVALS = 16         # per worker: its latest step-to-step intervals
@@ -134,10 +135,6 @@ class _Numbers:
         if hi - lo - 1 <= len(self._set):
             return sum(1 for n in range(lo + 1, hi) if n in self._set)
         return sum(1 for n in self._set if lo < n < hi)
-
-
-ORDER_COUNTS = ("scheduled_steps", "followed", "partly_ordered", "skips", "violations",
-                "early_released")
 
 
 class StepLog:
