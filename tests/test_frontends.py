@@ -859,3 +859,27 @@ def test_a_restored_order_is_paced_at_the_frontends_bandwidth(gate, monkeypatch,
     assert restored and "paced at 1 Gbit/s" in restored[0], lines
     assert summary["restored_from"] == saved_order.path_in(str(tmp_path))
     assert cb.controller.pace_rate == 125e6 and "tic" in ran, ran
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_a_run_talks_to_each_ps_through_one_client(adapter, gate, monkeypatch):
+    """Issue #55: the connect check, the switch's install, the order check's installs
+    and clears, the record reads and the end share one client per PS (enforce/pool.py);
+    each used to open its own, per call."""
+    from tictac_hooks.enforce import client as client_mod
+    made = []
+    real = client_mod.connect
+
+    def counting(address, timeout_s=10.0, backend="auto"):
+        made.append(address)
+        return real(address, timeout_s, backend)
+    monkeypatch.setattr(client_mod, "connect", counting)
+    graph = _dag()
+    settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
+                    check_rounds=ROUNDS, check_block_steps=BLOCK, recheck_every=0)
+    plan = order_check.CheckPlan(ROUNDS, BLOCK, ("tic",))
+    frontend, summary, ran = _run(adapter, gate, graph, settings, monkeypatch,
+                                  PROFILE_STEPS + plan.total_steps + 1 + AFTER_CHECK,
+                                  StepDAG(graph))
+    assert summary["check"]["candidates"] and None in ran and "tic" in ran, ran
+    assert made == [PS], made

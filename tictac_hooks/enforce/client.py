@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import grpc
 
@@ -27,6 +27,9 @@ from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.proxy import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
 from tictac_hooks.records import GateStats, GateStep
+
+if TYPE_CHECKING:
+    from tictac_hooks.enforce.pool import GateClients
 
 
 # The interface both backends' clients implement is in enforce/api.py; the old name of
@@ -170,8 +173,8 @@ class InstallError(ScheduleError):
 
 def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
                  skip_after_s: float | None = None, window_bytes: int | None = None,
-                 pace_rate: float | None = None,
-                 align: bool | None = None) -> dict[str, InstallResult]:
+                 pace_rate: float | None = None, align: bool | None = None,
+                 clients: "GateClients | None" = None) -> dict[str, InstallResult]:
     """Installs ``plan[address]`` on each PS, everywhere or nowhere.
 
     First checks everything: every PS answers and enforces, each schedule is within
@@ -179,23 +182,26 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
     name some of them (else: a schedule for another model). Only then installs, PS by
     PS; if one install fails, the PSes already changed are cleared again (back to
     TensorFlow's order) and :class:`InstallError` says which PS holds what.
+    ``clients``: the run's :class:`GateClients` to install through (None: a client per
+    PS for this install, closed after it).
     """
-    clients: dict[str, GateClient] = {}
+    from tictac_hooks.enforce.pool import GateClients
+    pool = clients if clients is not None else GateClients(list(plan), timeout_s)
     try:
         served: dict[str, set[str]] = {}
         for address, schedule in plan.items():
             try:
-                client = clients[address] = connect(address, timeout_s)
-                client.ping()
-                served[address] = set(client.served_names())
+                with pool.using(address) as client:
+                    client.ping()
+                    served[address] = set(client.served_names())
             except GateError as e:
                 raise InstallError(f"{e}; nothing was installed on any PS") from None
             check_install_size(schedule, len(json.dumps(schedule.to_json()).encode()),
                                address)
             try:
-                clients[address].refuse_unhonoured(
-                    skip_after_s=skip_after_s, window_bytes=window_bytes,
-                    pace_rate=pace_rate, align=align)
+                client.refuse_unhonoured(skip_after_s=skip_after_s,
+                                         window_bytes=window_bytes, pace_rate=pace_rate,
+                                         align=align)
             except UnhonouredSetting as e:
                 raise InstallError(f"{e}; nothing was installed on any PS") from None
         plan = _fresh_ones_restricted(plan, served)
@@ -209,16 +215,17 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
         results: dict[str, InstallResult] = {}
         for address, schedule in plan.items():
             try:
-                results[address] = clients[address].install(
-                    schedule, skip_after_s=skip_after_s, window_bytes=window_bytes,
-                    pace_rate=pace_rate, align=align)
+                with pool.using(address) as client:
+                    results[address] = client.install(
+                        schedule, skip_after_s=skip_after_s, window_bytes=window_bytes,
+                        pace_rate=pace_rate, align=align)
             except (GateError, ScheduleError) as e:
                 raise InstallError(f"install on {address} failed: {e}; "
-                                   + _roll_back(clients, results)) from None
+                                   + _roll_back(pool, results)) from None
         return results
     finally:
-        for client in clients.values():
-            client.close()
+        if clients is None:
+            pool.close()
 
 
 def _fresh_ones_restricted(plan: Mapping[str, Schedule],
@@ -237,14 +244,15 @@ def _fresh_ones_restricted(plan: Mapping[str, Schedule],
     return out
 
 
-def _roll_back(clients: Mapping[str, GateClient], done: Mapping[str, InstallResult]) -> str:
+def _roll_back(pool: "GateClients", done: Mapping[str, InstallResult]) -> str:
     """Clears the PSes in ``done``; says which PS holds what afterwards."""
     if not done:
         return "no PS had been changed"
     cleared, stuck = [], []
     for address, result in done.items():
         try:
-            clients[address].clear()
+            with pool.using(address) as client:
+                client.clear()
             cleared.append(address)
         except GateError as e:
             stuck.append(f"{address} still enforces schedule version {result.version} "
@@ -255,9 +263,17 @@ def _roll_back(clients: Mapping[str, GateClient], done: Mapping[str, InstallResu
     return "; ".join(out + stuck)
 
 
-def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> None:
+def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0,
+                     clients: "GateClients | None" = None) -> None:
+    """Clears every PS's order (TensorFlow's order again); through the run's
+    ``clients`` when given."""
+    if clients is None:
+        for address in addresses:
+            with connect(address, timeout_s) as client:
+                client.clear()
+        return
     for address in addresses:
-        with connect(address, timeout_s) as client:
+        with clients.using(address) as client:
             client.clear()
 
 

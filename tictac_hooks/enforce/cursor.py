@@ -25,7 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
-from tictac_hooks.enforce.api import GateClient, GateError
+from tictac_hooks.enforce.api import GateClient
+from tictac_hooks.enforce.pool import GateClients
 from tictac_hooks.records import GateStats, GateStep
 
 log = logging.getLogger("tictac")
@@ -74,20 +75,20 @@ class RecordCursor:
       addresses: the PS addresses.
       timeout_s: per control call (default 10 s).
       connect: makes a client for an address (default enforce.client.connect).
+      clients: the run's :class:`GateClients` to read through (their clients are
+        shared, and left open by :meth:`close`); None: a pool of the cursor's own.
 
     Thread-safe: the reading thread and the training loop's own reads (at the switch,
     at the end) share it.
     """
 
     def __init__(self, addresses: Sequence[str], timeout_s: float = 10.0,
-                 connect: Callable[[str, float], GateClient] | None = None) -> None:
-        if connect is None:
-            from tictac_hooks.enforce.client import connect as connect_to
-            connect = lambda a, t: connect_to(a, t)  # noqa: E731
+                 connect: Callable[[str, float], GateClient] | None = None,
+                 clients: GateClients | None = None) -> None:
         self.addresses = list(addresses)
         self.timeout_s = timeout_s
-        self._connect = connect
-        self._clients: dict[str, GateClient] = {}
+        self._owns_clients = clients is None
+        self._gates = clients or GateClients(self.addresses, timeout_s, connect)
         self._since: dict[str, int] = {a: 0 for a in self.addresses}
         self._lock = threading.Lock()
         self.read_records: collections.Counter[str] = collections.Counter()  # finished
@@ -102,20 +103,9 @@ class RecordCursor:
         self.read_seconds: dict[str, ReadTimes] = {a: ReadTimes() for a in self.addresses}
         self._pool: ThreadPoolExecutor | None = None
 
-    def _client(self, address: str) -> GateClient:
-        client = self._clients.get(address)
-        if client is None:
-            client = self._clients[address] = self._connect(address, self.timeout_s)
-        return client
-
     def _stats(self, address: str, include_active: bool, since: int) -> GateStats:
-        try:
-            return self._client(address).stats(include_active, since=since)
-        except GateError:
-            client = self._clients.pop(address, None)  # reconnect on the next read
-            if client is not None:
-                client.close()
-            raise
+        with self._gates.using(address) as client:  # a failure: reconnect next read
+            return client.stats(include_active, since=since)
 
     def start(self) -> None:
         """Skips every record finished before now (an earlier run's)."""
@@ -181,9 +171,8 @@ class RecordCursor:
 
     def close(self) -> None:
         with self._lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
+            if self._owns_clients:
+                self._gates.close()
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
                 self._pool = None

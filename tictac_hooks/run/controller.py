@@ -23,6 +23,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from tictac_hooks.enforce.pool import GateClients
 from tictac_hooks.run import coverage, order_check, planner, reading
 from tictac_hooks.run import settings as settings_mod
 from tictac_hooks.run.check_runner import CheckRunner
@@ -56,6 +57,9 @@ class Controller(Switching):
         self.config = config
         settings, install = config.settings, config.install
         self.ps_addresses = list(config.ps_addresses)
+        # One client per PS for everything the run asks the gates (the connect check,
+        # installs, clears, the record reads): enforce/pool.py.
+        self.gates = GateClients(self.ps_addresses)
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
         # the settings' (argument, else --tictac_check_* flag, else built-in default).
         if check is None:
@@ -155,15 +159,16 @@ class Controller(Switching):
     # --- connection --------------------------------------------------------------------
     def connect(self) -> None:
         """Checks every PS has a TicTac gate; clears old schedules (profiling phase)."""
-        from tictac_hooks.enforce.client import RendezvousError, connect
+        from tictac_hooks.enforce.client import RendezvousError
         for i, address in enumerate(self.ps_addresses):
             try:
-                with connect(address, timeout_s=10.0) as client:
+                with self.gates.using(address) as client:
                     client.ping()
                     self.backends[address] = (client.backend, dict(client.unhonoured))
                     if self.installs:
                         client.clear()
             except RendezvousError as e:
+                self.gates.close()
                 raise TicTacSetupError(
                     f"PS task ps:{i} ({address}): {e}. TicTac needs its gate at every PS: "
                     "launch PS tasks with `tictac ps --cluster-spec ... --task-index N` "
@@ -173,7 +178,7 @@ class Controller(Switching):
         # before training; those left to their default resolve per backend (_install).
         settings_mod.check_backends(self.settings, self.backends)
         from tictac_hooks.enforce.cursor import RecordCursor
-        self.cursor = RecordCursor(self.ps_addresses)
+        self.cursor = RecordCursor(self.ps_addresses, clients=self.gates)
         self.cursor.start()
         if self.settings.log_dir and self._timeline is None:
             self._timeline = reading.TransferTimeline(self.settings.log_dir)
@@ -325,7 +330,8 @@ class Controller(Switching):
                                        align=self.align)
         # All or nothing: checked on every PS first, rolled back on a failure half-way.
         ordered = planner.install(parts, self.ps_addresses, self.settings.skip_timeout,
-                                  self.settings.window_bytes, only=only, **pacing)
+                                  self.settings.window_bytes, only=only,
+                                  clients=self.gates, **pacing)
         if only is None:
             self.steplog.set_ordered_ps(set(ordered))
         if not quiet:
@@ -334,7 +340,7 @@ class Controller(Switching):
 
     def _clear(self) -> None:
         from tictac_hooks.enforce.client import clear_everywhere
-        clear_everywhere(self.ps_addresses)
+        clear_everywhere(self.ps_addresses, clients=self.gates)
         self.steplog.set_ordered_ps(set())
 
     # --- end ------------------------------------------------------------------------------
@@ -373,6 +379,7 @@ class Controller(Switching):
         if self._writer:
             self._writer.close()
         self.cursor.close()
+        self.gates.close()
         return summary
 
     def stop_reading(self) -> None:

@@ -181,17 +181,18 @@ def per_ps(parts: Sequence[tuple[Graph, Schedule]],
 def install(parts: Sequence[tuple[Graph, Schedule]], ps_addresses: Sequence[str],
             skip_after_s: float | None, window_bytes: int | None,
             pace_rate: float | None = None, align: bool | None = None,
-            only: "Sequence[str] | None" = None) -> list[str]:
+            only: "Sequence[str] | None" = None, clients: Any = None) -> list[str]:
     """Installs the plan of ``parts`` (:func:`per_ps`), all or nothing: checked on every
     PS first, rolled back on a failure half-way; on the PSes of ``only`` alone when
-    given (e.g. one restarted). Logs the scheduled transfers a PS did not serve;
-    returns the PSes that got an order."""
+    given (e.g. one restarted); through the run's ``clients`` (GateClients) when
+    given. Logs the scheduled transfers a PS did not serve; returns the PSes that got
+    an order."""
     from tictac_hooks.enforce.client import install_plan
     plan = per_ps(parts, ps_addresses)
     if only is not None:
         plan = {a: s for a, s in plan.items() if a in only}
     results = install_plan(plan, skip_after_s=skip_after_s, window_bytes=window_bytes,
-                           pace_rate=pace_rate, align=align)
+                           pace_rate=pace_rate, align=align, clients=clients)
     for address, result in results.items():
         if result.unmatched:
             log.warning("TicTac: %d scheduled transfers were not served by %s (e.g. %r); "
