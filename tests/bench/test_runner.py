@@ -180,6 +180,7 @@ class _OneHostCluster:
         return subprocess.Popen([sys.executable, "-c", code, argv[-1]], cwd=ROOT, **kw)
 
 
+@pytest.mark.slow
 def test_a_run_cut_short_keeps_the_bandwidths_it_finished(tmp_path):
     from tictac_hooks.bench.runner import _drive
     said = []

@@ -75,6 +75,7 @@ def arrival_orders(workers):
     return [list(range(workers)), list(reversed(range(workers)))] + shuffled
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [2, 8])
 def test_workers_that_pause_together_come_back_in_one_turn(lib_path, workers):
     for arrival in arrival_orders(workers):

@@ -24,6 +24,7 @@ def _key(ps: int, worker: int, name: str) -> str:
             f"/device:CPU:0;edge_1_{name};0:0")
 
 
+@pytest.mark.slow
 def test_256_workers_on_4_ps_no_live_step_evicted_order_followed_state_bounded(
         gate_library):
     rng = random.Random(42)

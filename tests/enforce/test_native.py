@@ -38,6 +38,7 @@ def test_the_tensorflow_headers_have_the_api_the_plugin_uses(tmp_path):
         check_headers(str(include))
 
 
+@pytest.mark.slow
 def test_the_plugin_builds_and_loads_against_this_tensorflow():
     tf = pytest.importorskip("tensorflow")
     info = build()
@@ -54,6 +55,7 @@ def test_the_plugin_builds_and_loads_against_this_tensorflow():
     assert json.loads(out.stdout)["path"] == info.path and "cached" in out.stderr
 
 
+@pytest.mark.slow
 def test_second_use_is_a_cache_hit_and_a_changed_source_rebuilds(tmp_path, monkeypatch):
     first = build(with_tensorflow=False, quiet=True, cache=str(tmp_path))
     assert not first.cached
@@ -91,6 +93,7 @@ _BUILD_CHILD = ("import json, sys; from tictac_hooks.enforce.native.build import
                 "cache=sys.argv[1]).to_json()))")
 
 
+@pytest.mark.slow
 def test_two_concurrent_first_uses_build_once(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", _BUILD_CHILD, str(tmp_path)],
                               stdout=subprocess.PIPE, text=True, cwd=REPO) for _ in range(2)]
@@ -100,6 +103,7 @@ def test_two_concurrent_first_uses_build_once(tmp_path):
     assert results[0]["path"] == results[1]["path"]
 
 
+@pytest.mark.slow
 def test_a_build_killed_half_way_leaves_nothing_that_blocks_the_next(tmp_path):
     # A compiler killed mid-build leaves its own temporary files behind (gcc's *.s):
     # give it a TMPDIR of this test's, removed with it.

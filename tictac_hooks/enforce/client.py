@@ -186,7 +186,7 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
     PS for this install, closed after it).
     """
     from tictac_hooks.enforce.pool import GateClients
-    pool = clients if clients is not None else GateClients(list(plan), timeout_s)
+    pool = clients if clients is not None else GateClients(list(plan), connect, timeout_s)
     try:
         served: dict[str, set[str]] = {}
         for address, schedule in plan.items():

@@ -88,7 +88,10 @@ class RecordCursor:
         self.addresses = list(addresses)
         self.timeout_s = timeout_s
         self._owns_clients = clients is None
-        self._gates = clients or GateClients(self.addresses, timeout_s, connect)
+        if clients is None and connect is None:
+            from tictac_hooks.enforce.client import connect as connect_to
+            connect = lambda a, t: connect_to(a, t)  # noqa: E731
+        self._gates = clients or GateClients(self.addresses, connect, timeout_s)
         self._since: dict[str, int] = {a: 0 for a in self.addresses}
         self._lock = threading.Lock()
         self.read_records: collections.Counter[str] = collections.Counter()  # finished

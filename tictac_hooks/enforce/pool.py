@@ -7,7 +7,7 @@ all of them. A client whose call failed with :class:`GateError` is dropped and m
 again at its next use, so a PS restarted at its address is reached again.
 
 Example:
-  gates = GateClients(["127.0.0.1:2222"])
+  gates = GateClients(["127.0.0.1:2222"], connect)   # enforce.client.connect
   with gates.using("127.0.0.1:2222") as client:
       client.ping()
   gates.close()
@@ -22,25 +22,21 @@ from typing import Callable, Iterator, Sequence
 from tictac_hooks.enforce.api import GateClient, GateError
 
 
-def _connect(address: str, timeout_s: float) -> GateClient:
-    from tictac_hooks.enforce import client
-    return client.connect(address, timeout_s)
-
-
 class GateClients:
     """One client per PS address, made at first use (thread-safe).
 
     Args:
       addresses: the PS addresses.
+      connect: makes a client for an address and a timeout (enforce.client.connect).
       timeout_s: per control call.
-      connect: makes a client for an address (default enforce.client.connect).
     """
 
-    def __init__(self, addresses: Sequence[str], timeout_s: float = 10.0,
-                 connect: Callable[[str, float], GateClient] | None = None) -> None:
+    def __init__(self, addresses: Sequence[str],
+                 connect: Callable[[str, float], GateClient],
+                 timeout_s: float = 10.0) -> None:
         self.addresses = list(addresses)
         self.timeout_s = timeout_s
-        self._connect = connect or _connect
+        self._connect = connect
         self._clients: dict[str, GateClient] = {}
         self._lock = threading.Lock()
         self.made = 0  # clients made (one per PS, plus one per reconnection)

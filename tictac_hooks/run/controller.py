@@ -59,7 +59,10 @@ class Controller(Switching):
         self.ps_addresses = list(config.ps_addresses)
         # One client per PS for everything the run asks the gates (the connect check,
         # installs, clears, the record reads): enforce/pool.py.
-        self.gates = GateClients(self.ps_addresses)
+        from tictac_hooks.enforce import client as gate_client
+        # (looked up at each use: tests count the clients made)
+        self.gates = GateClients(self.ps_addresses,
+                                 lambda a, t: gate_client.connect(a, t))
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
         # the settings' (argument, else --tictac_check_* flag, else built-in default).
         if check is None:

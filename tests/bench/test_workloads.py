@@ -16,6 +16,7 @@ def _ancestors(fetches):
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["inference", "training"])
 def test_compute_reference_runs_the_towers_on_worker_local_parameters(mode):
     from tictac_hooks.bench import workloads
@@ -39,6 +40,7 @@ def test_compute_reference_runs_the_towers_on_worker_local_parameters(mode):
     assert all("/job:ps/" in v.device for v in work.variables)
 
 
+@pytest.mark.slow
 def test_declared_is_the_variable_list_and_places_every_ps_read():
     """The "declared" baseline of the compat.v1 workloads: the order
     tf.compat.v1.trainable_variables() returns (the model's, in creation order), then
@@ -73,7 +75,7 @@ def test_a_ps_workload_of_ones_own_runs_in_graph_mode_too():
     rows are updated as rows (the pushes stay rows, as under ParameterServerStrategy)."""
     import os
     from tictac_hooks.bench import user_model, workloads
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     spec = os.path.join(root, "examples", "my_model.py") + ":make"
     assert workloads.model_key(spec) == "my_model-make"
     assert workloads.default_batch(spec, "training") == user_model.DEFAULT_BATCH

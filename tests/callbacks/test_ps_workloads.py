@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.cluster
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "ps_workloads_train.py")
 # Short runs: 8 profiled steps, then TAC's order once the switch (the compute profile
 # takes seconds, while fit goes on in TensorFlow's order) installed it; no order check

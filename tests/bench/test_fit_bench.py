@@ -23,7 +23,7 @@ from tictac_hooks import cli
 from tictac_hooks.bench import fit_mode, fit_report, user_model
 from tictac_hooks.bench.user_model import UserModelError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MY_MODEL = os.path.join(ROOT, "examples", "my_model.py")
 
 
@@ -409,7 +409,7 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     """The controller's ``check_extra`` orders are candidates of the check like TIC:
     each gets its blocks, labelled by the gate with its name, and its block pairs; an
     order that cannot be computed is left out with why (``check_off``)."""
-    from test_frontends import PS, PROFILE_STEPS, Workers, _dag, _keras
+    from callbacks.test_frontends import PS, PROFILE_STEPS, Workers, _dag, _keras
 
     from tictac_hooks.run import order_check
     from tictac_hooks.run.driver import StepDAG

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import tensorboard_screenshot as shot  # noqa: E402
 
@@ -49,6 +49,7 @@ def png_size(path):
     return struct.unpack(">II", head[16:24])
 
 
+@pytest.mark.slow
 def test_the_step_time_charts_render_in_headless_chromium(tmp_path):
     if shot.find_chromium() is None:
         pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")
@@ -65,6 +66,7 @@ def test_the_step_time_charts_render_in_headless_chromium(tmp_path):
     assert os.path.getsize(out) > 30_000
 
 
+@pytest.mark.slow
 def test_descriptions_and_units_reach_tensorboard(tmp_path):
     if shot.find_chromium() is None:
         pytest.skip("Chromium is not installed (Debian: apt-get install chromium)")

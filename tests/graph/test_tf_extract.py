@@ -513,7 +513,7 @@ def test_an_embedding_gather_on_the_ps_waits_for_the_ids_the_worker_sends():
 
 def _ps_models():
     import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                         "examples", "ps_models.py")
     spec = importlib.util.spec_from_file_location("ps_models_for_declared", path)
     module = importlib.util.module_from_spec(spec)
@@ -674,7 +674,7 @@ def test_declared_positions_under_parameter_server_strategy_with_sharded_kernels
     import json
     import subprocess
     import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
     proc = subprocess.run([sys.executable, "-c", _PSS_DECLARED, os.path.join(root, "examples")],
                           capture_output=True, text=True, timeout=300, env=env, cwd=root)

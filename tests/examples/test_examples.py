@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.cluster
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def run(example, *args, timeout=300):

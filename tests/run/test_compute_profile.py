@@ -44,6 +44,7 @@ def _fit_subclassed_model():
     return model, keras_internals.traced_step_functions(model.train_function)[-1]
 
 
+@pytest.mark.slow
 def test_the_step_is_replayed_under_the_dags_names_and_this_process_is_untouched():
     import tensorflow as tf
     import tf_keras as keras

@@ -12,7 +12,7 @@ import time
 import pytest
 
 pytestmark = pytest.mark.cluster
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 EXAMPLES = [
     ("keras_ps_train.py", ["--network=loopback", "--steps=100000", "--steps_per_epoch=10"]),

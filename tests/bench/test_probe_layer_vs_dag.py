@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("tf_keras")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MY_MODEL = "examples/my_model.py:make"
 
 

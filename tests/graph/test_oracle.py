@@ -163,7 +163,7 @@ def test_analyzed_graph_resnet50_training():
 
 def _ids_model(keras, unique: bool):
     """ids (batch,) -> Embedding(40, 8) -> Dense(3) (test_tf_extract's model)."""
-    from test_tf_extract import embedding_model
+    from .test_tf_extract import embedding_model
     return embedding_model(keras, rows=40, dim=8, unique=unique)
 
 
