@@ -883,3 +883,7 @@ def test_a_run_talks_to_each_ps_through_one_client(adapter, gate, monkeypatch):
                                   StepDAG(graph))
     assert summary["check"]["candidates"] and None in ran and "tic" in ran, ran
     assert made == [PS], made
+    # the run's phases, in order, none of them an illegal move
+    moves = [h[0] for h in summary["phases"]["history"]]
+    assert moves == ["profiling", "switching", "checking", "decided", "ended"], moves
+    assert summary["phases"]["illegal"] == 0

@@ -77,6 +77,9 @@ def test_fit_switches_after_n_steps_checks_the_order_and_every_scheduled_step_fo
     # TAC's order where it differs from TIC's; else one check under both names
     assert set(check["candidates"]) | set(check.get("same_as", {})) == {"tic", "tac"}, check
     assert check["ratio_min"] <= check["ratio_median"] <= check["ratio_max"]
+    moves = [h[0] for h in summary["phases"]["history"]]
+    assert moves[:3] == ["profiling", "switching", "checking"] and \
+        moves[-2:] == ["decided", "ended"] and summary["phases"]["illegal"] == 0, moves
     for worker, s in summary["workers"].items():
         # Every step is counted once: in a phase's median, or excluded with a reason.
         counted = s["profiling_steps"] + s["scheduled_steps"] + s.get("check_steps", 0)

@@ -172,6 +172,9 @@ def test_a_job_restarted_after_a_ps_loss_keeps_its_order_and_a_worker_comes_back
     summary = json.loads((tmp_path / "s.json").read_text())
     print("\n".join(line for line in out.splitlines() if line.startswith("[tictac]")))
     assert summary["restored_from"] == str(tmp_path / "backup" / "tictac_order.json")
+    moves = [h[0] for h in summary["phases"]["history"]]  # no profiling, no switch
+    assert moves == ["profiling", "decided", "ended"] and not summary["phases"]["illegal"], \
+        summary["phases"]
     records, order = summary["records"], summary["order"]
     print(records, order)
     assert records["worker_steps"] + records["missing"] == records["dispatched"], records

@@ -24,9 +24,10 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks.enforce.pool import GateClients
-from tictac_hooks.run import coverage, order_check, planner, reading
+from tictac_hooks.run import coverage, order_check, phases, planner, reading
 from tictac_hooks.run import settings as settings_mod
 from tictac_hooks.run.check_runner import CheckRunner
+from tictac_hooks.run.phases import Phases
 from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.settings import Settings, TicTacSetupError
 from tictac_hooks.run.steplog import StepLog
@@ -63,6 +64,8 @@ class Controller(Switching):
         # (looked up at each use: tests count the clients made)
         self.gates = GateClients(self.ps_addresses,
                                  lambda a, t: gate_client.connect(a, t))
+        # Where the run is (phases.py): moved by this object alone.
+        self.phases = Phases()
         # The order check after the switch (order_check.py); 0 rounds: off. Default:
         # the settings' (argument, else --tictac_check_* flag, else built-in default).
         if check is None:
@@ -150,9 +153,12 @@ class Controller(Switching):
         """Once per step a frontend dispatches after the switch: the order check's
         blocks and decision (CheckRunner.step_dispatched)."""
         self.runner.step_dispatched()
+        if self.phases.now in (phases.CHECKING, phases.DECIDED):  # a re-check began
+            self._sync_phase("a re-check")
 
     def _decided_on(self, result: CheckResult) -> None:
         """A check decided (CheckRunner's on_result): the schedule is the kept order."""
+        self.phases.to(phases.DECIDED, f"the check kept {result.kept}")
         if result.decision == order_check.TICTAC:
             self.schedule = planner.merged(self.runner.candidates[self.runner.decided])
         if self._writer:
@@ -352,6 +358,7 @@ class Controller(Switching):
         files; returns the run's :class:`RunSummary` (the one place it is built)."""
         self.stop_reading()
         self.runner.finish()  # training ended inside the check: decide on what ran
+        self.phases.to(phases.ENDED, "training ended")
         self.poll(everything=True)
         logged = self.steplog.summary()
         results = [{k: v for k, v in r.to_json().items() if k != "blocks"}
@@ -374,7 +381,7 @@ class Controller(Switching):
             coverage=None if self.coverage is None else self.coverage.to_json(),
             not_ordered=self.not_ordered_reason or None, tac_off=self.tac_off or None,
             restored_from=self.restored_from or None,
-            hook=None if hook is None else dict(hook))
+            hook=None if hook is None else dict(hook), phases=self.phases.to_json())
         if self.settings.log_dir:
             reading.write_logs(self.settings.log_dir, summary.to_json())
         if self._timeline is not None:

@@ -55,6 +55,8 @@ class RunSummary:
       not_ordered: why the run kept TensorFlow's order (the switch failed or training
         ended first); tac_off: why TAC was off; restored_from: the saved order's file.
       hook: the frontend's cost per step (StepDriver.hook_cost).
+      phases: the run's phases (phases.Phases.to_json: each move, seconds from the
+        start, and why; moves the table does not allow, counted).
     """
 
     config: Mapping[str, Any]
@@ -69,6 +71,7 @@ class RunSummary:
     tac_off: str | None = None
     restored_from: str | None = None
     hook: Mapping[str, Any] | None = None
+    phases: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON: every field set (None and empty ones left out)."""
@@ -81,6 +84,8 @@ class RunSummary:
         out["records"] = dict(self.records)
         if self.hook is not None:
             out["hook"] = dict(self.hook)
+        if self.phases is not None:
+            out["phases"] = dict(self.phases)
         if self.check is not None:
             out["check"] = dict(self.check)
         if len(self.checks) > 1:

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Mapping
 
-from tictac_hooks.run import coverage, order_check, planner, saved_order
+from tictac_hooks.run import coverage, order_check, phases, planner, saved_order
 from tictac_hooks.run.settings import TicTacSetupError
 from tictac_hooks.graph.dag import Graph
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -57,6 +57,7 @@ class Switching:
         if algorithm == "none":
             self.say("algorithm 'none': profiling only, no schedule installed")
             return None
+        self.phases.to(phases.SWITCHING, "the profiled steps ran")
         late = set(late or ())
         t0 = time.perf_counter()
         parts = None
@@ -98,6 +99,7 @@ class Switching:
                                   self.coverage.phrase(), self.coverage.bytes_share)
         if not check_later:
             self.runner.start()
+        self._sync_phase("the order installed")
         self._save_order()
         return self.schedule
 
@@ -118,6 +120,7 @@ class Switching:
         self._other_candidates(candidates, compute_times)
         self.runner.switched(algorithm, candidates, self.spread_over)
         self.runner.start()
+        self._sync_phase("the compute times measured")
         self._save_order()
 
     def _other_candidates(self, candidates: dict, compute_times) -> None:
@@ -201,6 +204,7 @@ class Switching:
                  f"{len(self.ps_addresses)} PS x {self.spread_over} workers): {kept} "
                  f"installed at once{paced}, no profiling")
         self.runner.start()
+        self._sync_phase("the saved order restored")
         return True
 
     def _save_order(self) -> None:
@@ -218,6 +222,16 @@ class Switching:
         except OSError as e:
             log.warning("TicTac: the order could not be saved in %s for a restart (%s)",
                         self.order_dir, e)
+
+    def _sync_phase(self, why: str) -> None:
+        """The phase the check runner is in: checking while a check runs, switching
+        while it waits for the compute times (TIC in place first), else decided."""
+        if self.runner.running:
+            self.phases.to(phases.CHECKING, why)
+        elif self.runner.waiting:
+            self.phases.to(phases.SWITCHING, why)
+        else:
+            self.phases.to(phases.DECIDED, why)
 
     def ended_unordered(self, reason: str) -> None:
         """Training ended before the order was in place: one line says so."""
@@ -241,6 +255,7 @@ class Switching:
         self.not_ordered_reason = reason
         self.schedule = None
         self.runner.abandon()
+        self.phases.to(phases.DECIDED, "the switch failed: TensorFlow's order")
         log.debug("TicTac: the switch failed", exc_info=error)
         self.say(f"TensorFlow's own transfer order kept, training goes on: {reason}")
 
