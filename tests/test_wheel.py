@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,9 +18,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope="module")
 def wheel_names(tmp_path_factory) -> list[str]:
-    out = tmp_path_factory.mktemp("wheel")
+    """Built from a copy of what the package is made of (a build in the working tree
+    would leave build/ there, and a stale build/lib could ship moved modules)."""
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    for name in ("tictac_hooks", "patches"):
+        shutil.copytree(os.path.join(ROOT, name), src / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), src / name)
     run = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                          "--no-build-isolation", ROOT, "-w", str(out)],
+                          "--no-build-isolation", str(src), "-w", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     (path,) = glob.glob(str(out / "*.whl"))

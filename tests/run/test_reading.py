@@ -13,6 +13,7 @@ import pytest
 from tictac_hooks.run import reading
 from tictac_hooks.run.steplog import StepLog
 from tictac_hooks.enforce import inprocess
+from tictac_hooks.enforce.api import GateError
 from tictac_hooks.enforce.cursor import RecordCursor
 from tictac_hooks.enforce.gate import Gate
 from tictac_hooks.ports import free_port
@@ -241,6 +242,29 @@ def test_a_restarted_ps_is_found_by_its_gate_id_and_read_from_its_first_record()
     cursor.close()
 
 
+def test_a_restart_found_in_a_read_another_ps_failed_is_reported_by_the_next_read():
+    """Issue #54: the PSes are read in parallel; when one fails the read, what the
+    others answered is not kept, so a restart one of them showed is not lost (it used
+    to be taken as seen, and the restarted PS never got its order again)."""
+    a, b = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    cursor = RecordCursor([a, b], timeout_s=2.0)
+    gate_a, old_b, new_b = (Gate(skip_after_s=5.0, window_bytes=0, finish_after_s=0.01)
+                            for _ in range(3))
+    with inprocess.serve_in_process(a, gate_a), inprocess.serve_in_process(b, old_b):
+        cursor.start()
+        assert cursor.read().restarted == ()
+    with inprocess.serve_in_process(b, new_b):  # b restarted while a does not answer
+        one_step(new_b, b)
+        one_step(new_b, b)
+        with pytest.raises(GateError):
+            cursor.read()  # a fails the read: b's restart is not taken as seen
+        with inprocess.serve_in_process(a, gate_a):
+            read = cursor.read()
+    assert read.restarted == (b,) and cursor.restarts[b] == 1, (read, cursor.restarts)
+    assert [s.seq for s in read.steps] == [1, 2]  # b's, from its first (a ran none)
+    cursor.close()
+
+
 def one_step(gate: Gate, address: str) -> None:
     with inprocess.gate_lock(address):
         ticket = gate.arrive(next(IDS), W0, "a")
@@ -249,3 +273,17 @@ def one_step(gate: Gate, address: str) -> None:
         gate.completed(ticket)
         gate.handed_back(ticket)
     time.sleep(0.03)  # quiet: its record is finished
+
+
+def test_a_clear_keeps_the_pses_that_carried_the_order(gate):
+    """Issue #54: a check's D block clears every PS; steps of the T block before it,
+    read after the clear, are still judged against every PS that carried the order
+    (an emptied list counted a step that ran in order at one PS of two as followed)."""
+    from tictac_hooks.run.config import RunConfig
+    from tictac_hooks.run.controller import Controller
+    from tictac_hooks.run.settings import Settings
+    c = Controller(RunConfig.build(Settings.resolve(check_rounds=0), [PS]), verbose=False)
+    c.steplog.set_ordered_ps({PS, "127.0.0.1:1"})
+    c._clear()
+    assert c.steplog.ordered_ps == {PS, "127.0.0.1:1"}
+    c.gates.close()

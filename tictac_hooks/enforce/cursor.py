@@ -121,7 +121,9 @@ class RecordCursor:
     def read(self, include_active: bool = False) -> CursorRead:
         """The records finished since the last read, at every PS (and the active ones,
         if ``include_active``: they come again, finished, in a later read). The PSes
-        are read in parallel; a PS that fails the read fails it (after the others)."""
+        are read in parallel; a PS that fails the read fails it (after the others), and
+        nothing of it is kept: the next read finds the same records, and a PS that
+        restarted meanwhile is reported restarted then."""
         with self._lock:
             if len(self.addresses) > 1 and self._pool is None:
                 self._pool = ThreadPoolExecutor(min(READ_THREADS, len(self.addresses)),
@@ -133,7 +135,10 @@ class RecordCursor:
             dropped: dict[str, int] = {}
             active = 0
             restarted = tuple(a for a, (_, new) in zip(self.addresses, replies) if new)
-            for address, (reply, _) in zip(self.addresses, replies):
+            for address, (reply, new) in zip(self.addresses, replies):
+                self.restarts[address] += new
+                if reply.instance:
+                    self.instance[address] = reply.instance
                 self._since[address] = reply.last_seq
                 if reply.history_limit:
                     self.history_limit[address] = reply.history_limit
@@ -151,20 +156,17 @@ class RecordCursor:
 
     def _read_one(self, address: str, include_active: bool) -> tuple[GateStats, bool]:
         """One PS's reply, and whether its gate is new since the last read: another
-        id (a gate that says none: its record numbers went back)."""
+        id (a gate that says none: its record numbers went back). Changes nothing:
+        :meth:`read` keeps what every PS answered, or nothing."""
         started = time.perf_counter()
         since = self._since[address]
         reply = self._stats(address, include_active, since)
         known = self.instance.get(address, "")
         restarted = (reply.instance != known if reply.instance and known
                      else reply.last_seq < since)
-        if restarted:
+        if restarted and reply.since:
             # Its records are numbered from 1 again: read all it holds.
-            self.restarts[address] += 1
-            if reply.since:
-                reply = self._stats(address, include_active, 0)
-        if reply.instance:
-            self.instance[address] = reply.instance
+            reply = self._stats(address, include_active, 0)
         self.read_seconds[address].add(time.perf_counter() - started)
         return reply, restarted
 

@@ -100,8 +100,18 @@ class InProcessClient(GateClient):
             if self.address in _CALLS:
                 _CALLS[self.address][verb] += 1
 
+    def _held(self) -> "threading.RLock":
+        """The served gate's lock; a gate that is gone does not answer (GateError), as
+        over the network."""
+        try:
+            return gate_lock(self.address)
+        except ValueError:
+            raise GateError(f"no TicTac gate answers at {self.address} (in this "
+                            "process)") from None
+
     def ping(self) -> bool:
         self._count("ping")
+        self.gate  # noqa: B018 - raises GateError where no gate is served any more
         return True
 
     def install(self, schedule: Schedule, skip_after_s: float | None = None,
@@ -109,23 +119,23 @@ class InProcessClient(GateClient):
                 pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
         self.refuse_unhonoured(pace_rate=pace_rate, align=align)
         self._count("install")
-        with gate_lock(self.address):
+        with self._held():
             return self.gate.install(schedule, skip_after_s, window_bytes)
 
     def clear(self) -> int:
         self._count("clear")
-        with gate_lock(self.address):
+        with self._held():
             return self.gate.clear()
 
     def stats(self, include_active: bool = True, since: int | None = None) -> GateStats:
         self._count("stats")
-        with gate_lock(self.address):
+        with self._held():
             return self.gate.stats(include_active, since, ps=self.address,
                                    backend=self.backend)
 
     def served_names(self) -> list[str]:
         self._count("served")
-        with gate_lock(self.address):
+        with self._held():
             return self.gate.served_names()
 
     def close(self) -> None:

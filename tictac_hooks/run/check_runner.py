@@ -173,7 +173,7 @@ class CheckRunner:
         self._say(f"checking {names} against TensorFlow's order{same}: rounds of "
                   f"{plan.block_steps} steps per worker in each order{per}, "
                   f"{rule.min_rounds} to {rule.max_rounds} rounds (the rounds stop when "
-                  "the gain is bounded)"
+                  "the test decides)"
                   + (f", again every {self.recheck_every} steps per worker"
                      if self.recheck_every else ""))
         self._begin_check(opened=True)

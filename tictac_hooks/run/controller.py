@@ -166,8 +166,10 @@ class Controller(Switching):
         self._save_order()
 
     # --- connection --------------------------------------------------------------------
-    def connect(self) -> None:
-        """Checks every PS has a TicTac gate; clears old schedules (profiling phase)."""
+    def connect(self, restorable: bool = False) -> None:
+        """Checks every PS has a TicTac gate; clears old schedules (profiling phase).
+        ``restorable``: an order saved by an earlier run of the job may be restored at
+        the first step (the line says so, rather than promise profiling)."""
         from tictac_hooks.enforce.client import RendezvousError
         for i, address in enumerate(self.ps_addresses):
             try:
@@ -192,8 +194,10 @@ class Controller(Switching):
         if self.settings.log_dir and self._timeline is None:
             self._timeline = reading.TransferTimeline(self.settings.log_dir)
         if self.installs:
+            unless = (", unless an order saved by an earlier run of this job fits"
+                      if restorable else "")
             self.say(f"profiling {self.settings.profile_steps} steps in TensorFlow's own "
-                     f"transfer order ({len(self.ps_addresses)} PS reached)")
+                     f"transfer order ({len(self.ps_addresses)} PS reached){unless}")
 
     def start_reading(self, every_steps: int | None = None) -> None:
         """Reads the PSes' records on a thread of its own from now on, every
@@ -348,9 +352,10 @@ class Controller(Switching):
                      f"(every PS the order has transfers on); every later step follows it")
 
     def _clear(self) -> None:
+        # The step log keeps the PSes of the last install: a step read after this
+        # clear that ran scheduled is still judged against every PS that carried it.
         from tictac_hooks.enforce.client import clear_everywhere
         clear_everywhere(self.ps_addresses, clients=self.gates)
-        self.steplog.set_ordered_ps(set())
 
     # --- end ------------------------------------------------------------------------------
     def finish(self, hook: Mapping[str, Any] | None = None) -> RunSummary:

@@ -112,7 +112,7 @@ class StepDriver:
     def start(self) -> "StepDriver":
         """Reaches every PS's gate (clear error if one has none), clears old orders and
         starts reading records on a thread of its own."""
-        self.controller.connect()
+        self.controller.connect(restorable=self._order_dir is not None)
         self.controller.start_reading(self.poll_every)
         return self
 
