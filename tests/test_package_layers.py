@@ -32,7 +32,7 @@ ALLOWED = {
     "graph.tf": {"graph"},
     "enforce": {"graph", "graph.tf"},
     "cluster": {"graph", "enforce"},
-    "flags": {"enforce"},
+    "flags": {"graph", "enforce"},
     "run": {"graph", "graph.tf", "enforce", "flags"},
     "callbacks": {"graph", "graph.tf", "enforce", "flags", "run"},
     "bench": {"graph", "graph.tf", "enforce", "cluster", "callbacks", "flags", "run"},

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "recheck_every": 5000,
     "align": "auto",
     "measure_compute": True,
+    "bandwidth": None,
 }
 
 flags.DEFINE_enum(
@@ -103,6 +104,15 @@ flags.DEFINE_enum(
     "one worker after the other, which staggers their pulls, compute and gradient pushes "
     "(faster training when workers push while others still pull); auto (default): off "
     "for training, on for evaluate and predict.")
+flags.DEFINE_string(
+    "tictac_bandwidth", DEFAULTS["bandwidth"],
+    "A PS link's rate, e.g. 10gbit, 25gbit or 3GB (bytes): the native gate paces each "
+    "PS's egress at it and TAC times a transfer as its bytes over it. Give the PS NIC's "
+    "line rate, not the payload rate a benchmark reports: pacing below the line rate "
+    "leaves the link idle. Default: none, not paced (the bandwidth= argument wins).")
+flags.register_validator(
+    "tictac_bandwidth", lambda v: v is None or _rate_or_none(v) is not None,
+    message="--tictac_bandwidth must be a rate like 10gbit, 25gbit or 3GB")
 flags.DEFINE_integer(
     "tictac_stats_every", DEFAULTS["stats_every"],
     "Read step statistics from the parameter servers every N epochs (default 1).",
@@ -118,6 +128,21 @@ def setting(name: str, value: Any) -> Any:
     if flag_values.is_parsed() and ("tictac_" + name) in flag_values:
         return flag_values["tictac_" + name].value
     return DEFAULTS[name]
+
+
+def _rate_or_none(text: str) -> float | None:
+    from tictac_hooks.graph.cli import parse_rate
+    try:
+        return parse_rate(text)
+    except ValueError:
+        return None
+
+
+def bandwidth(value: float | None) -> float | None:
+    """A PS link's bytes/s: the argument if given, else the parsed --tictac_bandwidth
+    rate, else None (not paced)."""
+    rate = setting("bandwidth", value)
+    return rate if rate is None or isinstance(rate, (int, float)) else _rate_or_none(rate)
 
 
 def check_align(align: str) -> str:

@@ -887,3 +887,28 @@ def test_a_run_talks_to_each_ps_through_one_client(adapter, gate, monkeypatch):
     moves = [h[0] for h in summary["phases"]["history"]]
     assert moves == ["profiling", "switching", "checking", "decided", "ended"], moves
     assert summary["phases"]["illegal"] == 0
+
+
+def test_the_bandwidth_flag_paces_every_frontend_and_the_argument_wins(monkeypatch):
+    """--tictac_bandwidth=25gbit gives each frontend's run the link rate (bytes/s) the
+    bandwidth= argument would; the argument wins over the flag; a bad rate is refused
+    when the flags are parsed."""
+    from absl import flags
+    from tictac_hooks import TicTac, TicTacHook
+    from tictac_hooks import flags as tictac_flags
+    assert tictac_flags.bandwidth(None) is None  # flags not parsed: not paced
+    flags.FLAGS(["prog", "--tictac_bandwidth=25gbit"])
+    try:
+        assert tictac_flags.bandwidth(None) == 25e9 / 8
+        assert tictac_flags.bandwidth(1e6) == 1e6  # the argument wins
+        keras = TicTac()
+        monkeypatch.setattr(keras, "_ps_addresses", lambda: [PS])
+        monkeypatch.setattr(keras, "_worker_addresses", lambda: {})
+        hook = TicTacHook(cluster_spec={"ps": [PS], "worker": ["127.0.0.1:61002"]})
+        for config in (keras.run_config("train"), hook.run_config()):
+            assert config.bandwidth == config.pace_rate == 25e9 / 8, config
+    finally:
+        flags.FLAGS.unparse_flags()
+    with pytest.raises(flags.IllegalFlagValueError, match="must be a rate"):
+        flags.FLAGS(["prog", "--tictac_bandwidth=fast"])
+    flags.FLAGS.unparse_flags()

@@ -239,3 +239,72 @@ def test_the_image_runs_what_the_manifest_asks():
         tested = re.search(r'"tensorflow-cpu==([^"]+)"', f.read()).group(1)
     assert f"ARG TF_VERSION={tested}" in dockerfile, tested
     assert os.path.isfile(os.path.join(ROOT, "deploy", script))
+
+
+GPU_WORKERS = os.path.join(ROOT, "deploy", "gpu-workers.yaml")
+
+
+def gpu_manifest() -> dict:
+    """deploy/tfjob.yaml with its Worker section replaced by deploy/gpu-workers.yaml, as
+    the latter's header tells users to."""
+    manifest = load_manifest()
+    with open(GPU_WORKERS) as f:
+        _replicas(manifest)["Worker"] = yaml.safe_load(f)
+    return manifest
+
+
+def test_the_gpu_variant_is_valid_and_asks_for_gpus_on_gpu_nodes():
+    manifest = gpu_manifest()
+    assert schema_errors(manifest) == []
+    assert list(pruned_fields(manifest, crd_schema())) == []
+    assert rule_violations(manifest) == []
+    worker = _replicas(manifest)["Worker"]
+    spec, c = worker["template"]["spec"], container(worker)
+    assert int(c["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    assert spec["nodeSelector"] and any(t["key"] == "nvidia.com/gpu"
+                                        for t in spec["tolerations"])
+    cpu_images = {container(r)["image"] for n, r in _replicas(manifest).items()
+                  if n != "Worker"}
+    assert c["image"] not in cpu_images and c["image"].endswith("-gpu")
+
+
+def _dockerfile_args() -> dict[str, str]:
+    with open(DOCKERFILE) as f:
+        return dict(re.findall(r"^ARG (\w+)=(\S+)$", f.read(), re.M))
+
+
+def test_the_image_recipe_takes_the_tensorflow_package_and_base_as_build_args():
+    with open(DOCKERFILE) as f:
+        dockerfile = f.read()
+    args = _dockerfile_args()
+    assert args["TF_PACKAGE"] == "tensorflow-cpu" and "BASE_IMAGE" in args
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", dockerfile, re.M)
+    assert '"${TF_PACKAGE}==${TF_VERSION}"' in dockerfile
+    with open(GPU_WORKERS) as f:
+        assert "--build-arg TF_PACKAGE='tensorflow[and-cuda]'" in f.read()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("package", ["tensorflow-cpu", "tensorflow[and-cuda]"])
+def test_the_recipes_packages_resolve(package, tmp_path):
+    """What the image's pip install step asks for resolves on the package index, for
+    the CPU image and the GPU one (CUDA libraries included), without installing."""
+    import json
+    import subprocess
+    import sys
+    version = _dockerfile_args()["TF_VERSION"]
+    report = tmp_path / "report.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q",
+         f"{package}=={version}", f"tf_keras=={version}", "--report", str(report)],
+        capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        if "No matching distribution" in run.stderr or "ResolutionImpossible" in run.stderr:
+            pytest.fail(f"the image's packages do not resolve: {run.stderr[-2000:]}")
+        pytest.skip(f"no package index reachable to resolve against: {run.stderr[-500:]}")
+    installed = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+                 for i in json.loads(report.read_text())["install"]}
+    name = package.split("[")[0]
+    assert installed[name].startswith(version.rstrip("*")), installed
+    if "and-cuda" in package:
+        assert any(n.startswith("nvidia-cudnn") for n in installed), sorted(installed)

@@ -13,6 +13,7 @@ from typing import Any
 from tictac_hooks import checks
 from tictac_hooks.run.cluster_spec import (ps_addresses_from_cluster_spec,
                                                  worker_addresses_of)
+from tictac_hooks import flags as tictac_flags
 from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
@@ -130,7 +131,8 @@ class TicTacLoop:
 
     def run_config(self) -> RunConfig:
         """The loop's config: the coordinator spreads the steps over every worker."""
-        return RunConfig.build(self.settings, self._ps_addresses(), bandwidth=self.bandwidth,
+        return RunConfig.build(self.settings, self._ps_addresses(),
+                               bandwidth=tictac_flags.bandwidth(self.bandwidth),
                                training=self.training,
                                worker_addresses=self._worker_addresses(),
                                poll_every=POLL_EVERY_STEPS)

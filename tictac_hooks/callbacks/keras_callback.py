@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from tictac_hooks import checks
+from tictac_hooks import flags as tictac_flags
 from tictac_hooks.run.cluster_spec import (ps_addresses_from_cluster_spec,
                                                  worker_addresses_of)
 from tictac_hooks.run.config import RunConfig
@@ -258,7 +259,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
             settings = dataclasses.replace(settings, log_dir=os.path.join(settings.log_dir, mode))
         # predict runs on the coordinator (tf_keras does not dispatch it to workers);
         # fit's and evaluate's steps are spread over every worker.
-        return RunConfig.build(settings, self._ps_addresses(), bandwidth=self.bandwidth,
+        return RunConfig.build(settings, self._ps_addresses(),
+                               bandwidth=tictac_flags.bandwidth(self.bandwidth),
                                training=mode == "train",
                                destination_jobs=("chief",) if mode == "predict"
                                else ("worker",),
@@ -321,7 +323,6 @@ class TicTac(_callback_base()):  # type: ignore[misc]
     def _compute_times(self, mode: str, dag: StepDAG) -> Any:
         """The compute profile of ``dag`` when asked for or when TAC needs it (None:
         not asked for, or it failed, which turns TAC off and says why)."""
-        from tictac_hooks import flags as tictac_flags
         measure = tictac_flags.setting("measure_compute", self.measure_compute)
         if not (measure or self.controller.settings.algorithm == "tac"):
             return None

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from tictac_hooks import checks
 from tictac_hooks.run.cluster_spec import ps_addresses_from_cluster_spec
+from tictac_hooks import flags as tictac_flags
 from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.controller import Controller
 from tictac_hooks.run.settings import Settings, TicTacSetupError
@@ -176,7 +177,8 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
                                     check_rounds=self.check_rounds,
                                     check_block_steps=self.check_block_steps,
                                     recheck_every=self.recheck_every, align=self.align)
-        return RunConfig.build(settings, self._ps_addresses(), bandwidth=self.bandwidth,
+        return RunConfig.build(settings, self._ps_addresses(),
+                               bandwidth=tictac_flags.bandwidth(self.bandwidth),
                                training=self.training, install=self._chief(),
                                poll_every=self.poll_every)
 
