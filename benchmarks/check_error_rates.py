@@ -51,7 +51,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
-from tictac_hooks.run.order_check import TF_AGAIN, CheckPlan, Window  # noqa: E402
+from tictac_hooks.bench.fit_report import TF_AGAIN  # noqa: E402
+from tictac_hooks.run.order_check import CheckPlan, Window  # noqa: E402
 from tictac_hooks.run.order_check import block_steps_of  # noqa: E402
 from tictac_hooks.records import WorkerStep  # noqa: E402
 from tictac_hooks.run.sequential import GO_ON, KEEP, Rule  # noqa: E402
@@ -70,7 +71,8 @@ def load(path: str) -> dict[str, Any]:
         raise SystemExit(f"{path}: no check_steps (record it with --record)")
     records = [WorkerStep(w, i, start, t, 0.0, phase, paused_s=p, order=o)
                for i, (w, start, t, phase, o, p) in enumerate(d["check_steps"])]
-    windows = [Window(r, c, bool(tt), a, b) for r, c, tt, a, b in d["check_windows"]]
+    windows = [Window(r, c, bool(tt), a, b, c != TF_AGAIN)
+               for r, c, tt, a, b in d["check_windows"]]
     cfg = d.get("config", {})
     return {"path": path, "workers": cfg.get("workers"), "block_steps": cfg.get("block_steps"),
             "records": records, "windows": windows, "values": d["check"].get("values", {})}

@@ -408,7 +408,9 @@ def test_fit_bench_on_loopback(tmp_path):
 def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     """The controller's ``check_extra`` orders are candidates of the check like TIC:
     each gets its blocks, labelled by the gate with its name, and its block pairs; an
-    order that cannot be computed is left out with why (``check_off``)."""
+    order that cannot be computed is left out with why (``check_off``). ``tf-again`` is
+    TensorFlow's own order as a candidate (algorithm "none", the A/A check): its blocks
+    clear the gate, and its windows say it ran no order."""
     from callbacks.test_frontends import PS, PROFILE_STEPS, Workers, _dag, _keras
 
     from tictac_hooks.run import order_check
@@ -416,8 +418,8 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     from tictac_hooks.enforce import inprocess
     from tictac_hooks.enforce.gate import Gate
     rounds, block = 2, 3
-    extra = {label: label for label in fit_report.BASELINES
-             if label != order_check.TF_AGAIN}  # (its blocks clear the gate: A/A)
+    extra = {label: "none" if label == fit_report.TF_AGAIN else label
+             for label in fit_report.BASELINES}
     extra["nonsense"] = "no-such-order"
     graph = _dag()
     settings = dict(algorithm="tic", profile_steps=PROFILE_STEPS, window_bytes=0,
@@ -446,7 +448,12 @@ def test_the_check_measures_the_baselines_beside_tic(monkeypatch):
     assert cb.controller.runner.plan.candidates == plan.candidates
     plan = dataclasses.replace(plan, seed=cb.controller.runner.plan.seed)  # as it ran
     during = ran[PROFILE_STEPS:PROFILE_STEPS + plan.total_steps + 1]
-    assert during == ["tic"] + [plan.block(n) for n in range(plan.total_steps)], ran
+    labelled = [None if b == fit_report.TF_AGAIN else b  # (its blocks: the gate cleared)
+                for b in (plan.block(n) for n in range(plan.total_steps))]
+    assert during == ["tic"] + labelled, ran
+    windows = cb.controller.runner.windows
+    assert {w.ordered for w in windows if w.candidate == fit_report.TF_AGAIN} == {False}
+    assert all(w.ordered for w in windows if w.candidate != fit_report.TF_AGAIN)
     check = summary["check"]
     assert set(check["candidates"]) == set(measured)
     assert all(c["pairs"] == rounds for c in check["candidates"].values())

@@ -65,7 +65,7 @@ class _Job:
         import subprocess
         import sys
         import threading
-        from tests.test_keras_callback import EXAMPLE, ROOT, _env
+        from tests.callbacks.test_keras_callback import EXAMPLE, ROOT, _env
         self.lines: list[str] = []
         self.proc = subprocess.Popen([sys.executable, EXAMPLE, *args], cwd=ROOT, env=_env(),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -88,7 +88,7 @@ class _Job:
 
     def task(self, job: str, index: int) -> tuple[int, list[str], dict[str, str]]:
         """pid, command line and environment of one of the job's cluster tasks."""
-        from tests.test_examples_faults import children
+        from tests.examples.test_examples_faults import children
         (pid,) = [p for p, c in children(self.proc.pid).items()
                   if "tictac_hooks.enforce.cli" in c and f" {job} " in f" {c} "
                   and f"--task-index {index}" in c and "--job ps " not in c][:1] or [None]

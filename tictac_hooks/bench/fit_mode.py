@@ -36,7 +36,8 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from tictac_hooks.bench import user_model
-from tictac_hooks.bench.fit_report import (BASELINES, ORDERS, STRAGGLERS, order_results,
+from tictac_hooks.bench.fit_report import (BASELINES, ORDERS, STRAGGLERS, TF_AGAIN,
+                                           order_results,
                                            product_choice, text_table, with_check)
 
 DEFAULT_RATE = "1gbit"
@@ -119,7 +120,9 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
     worker_usage: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tictac-fitbench-") as tmp:
         cfg = {"model": config.model, "batch": config.batch_size(),
-               "orders": {o: o for o in config.orders if o in BASELINES},
+               # label -> the algorithm it runs (tf-again: TensorFlow's own order)
+               "orders": {o: "none" if o == TF_AGAIN else o
+                          for o in config.orders if o in BASELINES},
                "rounds": config.rounds, "block_steps": config.block_steps,
                "verify_rounds": config.verify_rounds,
                "profile_steps": config.profile_steps, "ps": config.ps,

@@ -12,8 +12,10 @@ from typing import Any, Mapping
 # always measured (the callback's own candidates; TAC where its compute profile and
 # transfer times exist), TensorFlow's order too (the check's D blocks); ``orders``
 # (--schedules) picks the baselines.
-# "tf-again": TensorFlow's order as a candidate, an A/A check of the decision rule
-BASELINES = ("declared", "first-use", "random", "tf-again")
+# "tf-again": TensorFlow's order as a candidate (algorithm "none"), an A/A check of the
+# decision rule
+TF_AGAIN = "tf-again"
+BASELINES = ("declared", "first-use", "random", TF_AGAIN)
 TICTAC_ORDERS = ("tic", "tac")
 ORDERS = BASELINES + TICTAC_ORDERS
 DEFAULT = "default"

@@ -136,7 +136,8 @@ class RecordCursor:
             active = 0
             restarted = tuple(a for a, (_, new) in zip(self.addresses, replies) if new)
             for address, (reply, new) in zip(self.addresses, replies):
-                self.restarts[address] += new
+                if new:
+                    self.restarts[address] += 1
                 if reply.instance:
                     self.instance[address] = reply.instance
                 self._since[address] = reply.last_seq

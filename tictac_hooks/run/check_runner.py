@@ -127,7 +127,7 @@ class CheckRunner:
         seen: dict[tuple, str] = {}
         first = sorted(candidates, key=lambda c: c != algorithm)  # the configured first
         for name, parts in ((c, candidates[c]) for c in first):
-            key = (name,) if name == order_check.TF_AGAIN else \
+            key = (name,) if parts is None else \
                 tuple(tuple(schedule.order) for _, schedule in parts)
             if key in seen:
                 self.same_as[name] = seen[key]
@@ -139,8 +139,9 @@ class CheckRunner:
         if not decided:
             self.want = self.decided = None
         self.waiting = wait_for_times
-        checked = [c for c in self.candidates
-                   if max((len(s.order) for _, s in self.candidates[c]), default=0) >= 2]
+        # (a candidate without parts is TensorFlow's own order: checked as it is)
+        checked = [c for c, parts in self.candidates.items()
+                   if parts is None or max((len(s.order) for _, s in parts), default=0) >= 2]
         for c in self.candidates:
             if c not in checked:
                 self.not_checked[c] = "fewer than two transfers to order"
@@ -297,7 +298,8 @@ class CheckRunner:
         c = self._blocks[self._bi]
         name = c if c is not None else self._blocks[self._bi ^ 1]
         self.windows.append(order_check.Window(self._round, name, c is not None,
-                                               self._block_start, self._clock()))
+                                               self._block_start, self._clock(),
+                                               self.candidates.get(name) is not None))
 
     def _next_block(self) -> None:
         """The running block has its steps: its window closes; the next block of the
@@ -375,7 +377,7 @@ class CheckRunner:
             want = None if self.suspended else self.want
             if not self.installs or not self.candidates or want == self.installed:
                 return
-            if want is not None and want != order_check.TF_AGAIN:
+            if want is not None and self.candidates[want] is not None:
                 self._install(self.candidates[want])
             else:
                 self._clear()

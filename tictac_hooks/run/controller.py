@@ -159,8 +159,9 @@ class Controller(Switching):
     def _decided_on(self, result: CheckResult) -> None:
         """A check decided (CheckRunner's on_result): the schedule is the kept order."""
         self.phases.to(phases.DECIDED, f"the check kept {result.kept}")
-        if result.decision == order_check.TICTAC:
-            self.schedule = planner.merged(self.runner.candidates[self.runner.decided])
+        parts = self.runner.candidates.get(self.runner.decided or "")
+        if result.decision == order_check.TICTAC and parts is not None:
+            self.schedule = planner.merged(parts)
         if self._writer:
             self._writer.choice(result)
         self._save_order()

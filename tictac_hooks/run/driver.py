@@ -294,9 +294,15 @@ class StepDriver:
                     "TensorFlow's order; profile fewer steps or train longer")
         if self._switching is None:
             return None
-        return (f"the run ended {time.perf_counter() - self._t_switch:.1f} s into the "
-                "switch, before the order was in place: every step ran in TensorFlow's "
-                "order; profile fewer steps or train longer")
+        into = time.perf_counter() - self._t_switch
+        if self._switched.is_set():  # installed as the last dispatched steps ran
+            return (f"the run ended as the switch put the order in place ({into:.1f} s "
+                    "into it): no step was dispatched after it, and only steps already "
+                    "queued can have run in it (counted below); profile fewer steps or "
+                    "train longer")
+        return (f"the run ended {into:.1f} s into the switch, before the order was in "
+                "place: every step ran in TensorFlow's order; profile fewer steps or "
+                "train longer")
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

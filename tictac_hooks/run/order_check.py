@@ -44,9 +44,6 @@ from tictac_hooks.records import (CHECK, SCHEDULED, CheckBlock, CheckResult, Rat
 from tictac_hooks.run import sequential
 
 TICTAC, DEFAULT = "tictac", "default"
-# TensorFlow's order as a candidate: its T blocks clear the PSes like a D block; an A/A
-# check of the rule (benchmarks/check_error_rates.py), never a user's candidate.
-TF_AGAIN = "tf-again"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,13 +136,16 @@ class Window:
     tictac: bool
     start: float
     end: float
+    # False: the candidate is TensorFlow's own order (an A/A check of the rule, as the
+    # bench runs it): its T block clears the PSes, as a D block does.
+    ordered: bool = True
 
     def holds(self, r: WorkerStep) -> bool:
         """Whether ``r`` is one of this block's steps: it started inside the window and
         ran in the block's order, as the PS labelled it."""
         if not self.start <= r.start < self.end:
             return False
-        if self.tictac and self.candidate != TF_AGAIN:
+        if self.tictac and self.ordered:
             return r.phase == SCHEDULED and r.order in (self.candidate, None)
         return r.phase == CHECK
 

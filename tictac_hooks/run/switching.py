@@ -141,8 +141,8 @@ class Switching:
         for label, name in self.check_extra.items():
             if label in candidates:
                 continue
-            if name == order_check.TF_AGAIN:  # TensorFlow's order again (A/A): no parts
-                candidates[label] = candidates[algorithm]
+            if name == "none":  # TensorFlow's own order as a candidate (A/A): no parts
+                candidates[label] = None
                 continue
             try:
                 candidates[label] = [
@@ -216,7 +216,9 @@ class Switching:
         try:
             saved_order.save(self.order_dir, saved_order.SavedOrder(
                 self._fingerprint, len(self.ps_addresses), self.spread_over,
-                dict(self.runner.candidates), self.runner.decided,
+                {c: p for c, p in self.runner.candidates.items() if p is not None},
+                self.runner.decided if self.runner.candidates.get(self.runner.decided or "")
+                is not None else None,
                 self.coverage.to_json() if self.coverage else None,
                 self.compute_seconds, self._link_rate))
         except OSError as e:
