@@ -42,16 +42,22 @@ PLOT_NOTE = ("(plot not kept in git: `tictac bench-report` on this folder's JSON
              "draws it; benchmarks/compact_results.py)")
 
 
+def documents() -> list[str]:
+    """The pages that cite results: the README, RESULTS.md and docs/*.md."""
+    out = []
+    for doc in DOCUMENTS:
+        path = os.path.join(ROOT, doc)
+        out += ([os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".md")]
+                if os.path.isdir(path) else [path])
+    return out
+
+
 def cited_paths() -> set[str]:
     """Every ``results/...`` path the documents name (relative to benchmarks/)."""
     texts = []
-    for doc in DOCUMENTS:
-        path = os.path.join(ROOT, doc)
-        names = ([os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".md")]
-                 if os.path.isdir(path) else [path])
-        for name in names:
-            with open(name) as f:
-                texts.append(f.read())
+    for name in documents():
+        with open(name) as f:
+            texts.append(f.read())
     return {m.rstrip(".,)") for text in texts
             for m in re.findall(r"results/[A-Za-z0-9_./*-]+", text)}
 
@@ -137,19 +143,15 @@ def _rename_links(renamed: dict[str, str]) -> None:
     """Links and read globs in the documents follow their files to ``.json.gz``."""
     if not renamed:
         return
-    for doc in DOCUMENTS:
-        path = os.path.join(ROOT, doc)
-        names = ([os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".md")]
-                 if os.path.isdir(path) else [path])
-        for name in names:
-            with open(name) as f:
-                text = f.read()
-            new = re.sub(r"(results/[A-Za-z0-9_./-]+\.(?:json|log))(?=\))",
-                         lambda m: m.group(1) + ".gz" if m.group(1) in renamed else m.group(1),
-                         text)
-            if new != text:
-                with open(name, "w") as f:
-                    f.write(new)
+    for name in documents():
+        with open(name) as f:
+            text = f.read()
+        new = re.sub(r"(results/[A-Za-z0-9_./-]+\.(?:json|log))(?=\))",
+                     lambda m: m.group(1) + ".gz" if m.group(1) in renamed else m.group(1),
+                     text)
+        if new != text:
+            with open(name, "w") as f:
+                f.write(new)
 
 
 def size(results: str | None = None) -> int:
