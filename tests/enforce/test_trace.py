@@ -273,3 +273,24 @@ def test_a_streamed_trace_is_the_same_timeline_with_bounded_lanes(tmp_path):
         assert len(writer._lanes[("ps0:1", W0, "lanes")]) == 1
         assert kept <= 2 * (trace.LANE_HORIZON_S / 60.0 + 2)
     assert len(json.loads((tmp_path / "long.trace.json").read_text())["traceEvents"]) > 20_000
+
+
+def test_the_file_keeps_at_most_max_records_and_says_how_many_it_left_out(tmp_path):
+    """A long run's timeline keeps its first ``max_records`` step records (the
+    profiling, the switch, the first check) and counts the rest; the file stays valid
+    JSON. The run's timeline (run/reading.py) is bounded so."""
+    from tictac_hooks.run.reading import TIMELINE_RECORDS
+    steps = [GateStep.from_json(_step("ps0:1", W0, k, [
+        _transfer("a", "pass", 1.0 * k, 1.0 * k + 0.5)]), ps="ps0:1") for k in range(50)]
+    path = tmp_path / "capped.trace.json"
+    with open(path, "w") as f, trace.TraceWriter(f, max_records=20) as writer:
+        for i in range(0, 50, 7):
+            writer.add(steps[i:i + 7])
+    out = json.loads(path.read_text())
+    written = sorted(e["args"]["step_id"] for e in out["traceEvents"] if e.get("cat") == "step")
+    assert written == list(range(20))
+    assert out["otherData"]["records_written"] == 20
+    assert out["otherData"]["records_left_out"] == 30
+    uncapped = trace.chrome_trace(steps)
+    assert "records_left_out" not in uncapped["otherData"]
+    assert 1_000 <= TIMELINE_RECORDS <= 100_000

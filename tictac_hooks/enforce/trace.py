@@ -105,14 +105,20 @@ class TraceWriter:
     first record written. An event before it (a step that started earlier but finished
     later) gets a negative timestamp, which both viewers place correctly.
 
+    ``max_records`` bounds the file too: after that many step records the rest are
+    counted (``left_out``), not written, and the file's ``otherData`` says so.
+
     Example:
       with open(path, "w") as f, TraceWriter(f) as trace:
           trace.add(cursor.read().steps)
     """
 
-    def __init__(self, out: IO[str], origin: float | None = None) -> None:
+    def __init__(self, out: IO[str], origin: float | None = None,
+                 max_records: int | None = None) -> None:
         self._out = out
         self.origin = origin
+        self.max_records = max_records
+        self.left_out = 0
         self._pids: dict[str, int] = {}
         self._tid = 0
         # Per (ps, worker): lanes of transfers and of steps, each lane a list of the
@@ -177,6 +183,9 @@ class TraceWriter:
             times = _times(step)
             if not times:
                 continue
+            if self.max_records is not None and self.records >= self.max_records:
+                self.left_out += 1
+                continue
             if self.origin is None:
                 self.origin = min(times)
             self.records += 1
@@ -219,8 +228,10 @@ class TraceWriter:
         """Ends the JSON (the file stays open: its owner closes it)."""
         if self._out is None:
             return
-        self._out.write('], "otherData": ' + json.dumps(
-            {"origin_unix_s": self.origin or 0.0}) + "}")
+        other: dict[str, Any] = {"origin_unix_s": self.origin or 0.0}
+        if self.left_out:
+            other.update(records_written=self.records, records_left_out=self.left_out)
+        self._out.write('], "otherData": ' + json.dumps(other) + "}")
         self._out = None  # type: ignore[assignment]
 
 

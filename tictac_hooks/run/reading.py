@@ -212,17 +212,25 @@ def wait_for_profiled_records(poll: Callable[[], Any], steplog: StepLog,
 TIMELINE_FILE = "tictac_transfers.trace.json"
 
 
+# Step records the timeline file holds at most (each a step of one worker at one PS, with
+# its transfers: about 3 kB for a model of 17 transfers, so about 60 MB in all); a run
+# of more keeps its first ones, what its profiling, switch and first check show, and
+# the file says how many it left out.
+TIMELINE_RECORDS = 20_000
+
+
 class TransferTimeline:
     """The transfer timeline (``tictac_transfers.trace.json`` in ``log_dir``), written
     from the step records as the cursor reads them (enforce/trace.py,
     :class:`~tictac_hooks.enforce.trace.TraceWriter`): memory stays bounded however
-    long training runs, and nothing is fetched a second time at the end."""
+    long training runs, the file holds at most ``max_records`` step records, and
+    nothing is fetched a second time at the end."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, max_records: int = TIMELINE_RECORDS) -> None:
         from tictac_hooks.enforce.trace import TraceWriter
         os.makedirs(log_dir, exist_ok=True)
         self._file = open(os.path.join(log_dir, TIMELINE_FILE), "w")
-        self._writer = TraceWriter(self._file)
+        self._writer = TraceWriter(self._file, max_records=max_records)
 
     def add(self, steps: Iterable[GateStep], final: bool = False) -> None:
         """Writes the finished records of a read (an active one comes again, finished,
