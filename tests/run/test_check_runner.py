@@ -48,13 +48,24 @@ class Harness:
         self.times = dict(times or {"tic": 1.0, "tac": 1.0, None: 1.0})
         self.rng, self.jitter = random.Random(0), jitter
         self.joins, self.pauses, self.lines, self.results = 0, [], [], []
-        self.runner = CheckRunner(
-            plan, recheck_every, installs, self.join, algorithm=lambda: "tic",
-            install=lambda parts, only=None: planner.install(parts, [PS], 5.0, 0,
-                                                             only=only),
-            clear=lambda: clear_everywhere([PS]), poll=self.poll,
-            mark_pause=lambda a, b: self.pauses.append((a, b)), say=self.lines.append,
-            on_result=self.results.append, clock=lambda: self.t)
+        self.runner = CheckRunner(plan, recheck_every, installs, self.join, host=self,
+                                  clock=lambda: self.t)
+
+    # what the runner asks of its host (check_runner.CheckHost), as the controller does
+    def install_candidate(self, parts, only=None) -> None:
+        planner.install(parts, [PS], 5.0, 0, only=only)
+
+    def clear_orders(self) -> None:
+        clear_everywhere([PS])
+
+    def mark_pause(self, start: float, end: float) -> None:
+        self.pauses.append((start, end))
+
+    def say(self, message: str) -> None:
+        self.lines.append(message)
+
+    def check_decided(self, result) -> None:
+        self.results.append(result)
 
     def join(self) -> None:
         self.joins += 1
@@ -344,7 +355,7 @@ def test_a_gate_error_inside_the_check_ends_the_check_not_training(gate):
     def failing(*a, **k):
         calls["n"] += 1
         raise GateError("PS 127.0.0.1:61301 unreachable")
-    h.runner._clear = failing
+    h.clear_orders = failing  # the host (the controller) fails to clear
     h.step()  # the D block's clear fails
     assert not h.runner.running and h.runner.kept_order is None
     assert h.results[-1].decision == order_check.DEFAULT

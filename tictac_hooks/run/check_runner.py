@@ -17,7 +17,7 @@ import math
 import random
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from tictac_hooks.run import order_check
 from tictac_hooks.run.planner import Parts
@@ -29,6 +29,28 @@ log = logging.getLogger("tictac")
 _KEEP_CHECK_RECORDS = 50_000
 
 
+class CheckHost(Protocol):
+    """What the order check asks of the run it checks (the Controller)."""
+
+    def install_candidate(self, parts: Parts, only: Sequence[str] | None = None) -> None:
+        """Installs a candidate's order on every PS (quietly), or on those of ``only``."""
+
+    def clear_orders(self) -> None:
+        """Clears every PS: TensorFlow's order."""
+
+    def poll(self) -> Any:
+        """Reads the PSes' records (which reach :meth:`CheckRunner.recorded`)."""
+
+    def mark_pause(self, start: float, end: float) -> None:
+        """[start, end] is TicTac's own pause: no step time."""
+
+    def say(self, message: str) -> None:
+        """One progress line."""
+
+    def check_decided(self, result: CheckResult) -> None:
+        """A check's result, after its decision was applied."""
+
+
 class CheckRunner:
     """Runs the order check of ``plan`` (None: no check; a switch still installs).
 
@@ -38,22 +60,14 @@ class CheckRunner:
         once); under ParameterServerStrategy that many times the workers are dispatched.
       installs: whether this process installs (only the chief does).
       join: waits until the dispatched steps ran (PSS: coordinator.join), or None.
-      algorithm: the configured algorithm, when the check decides.
-      install: installs a candidate's parts on every PS (quietly), or on the PSes of
-        its ``only`` keyword.
-      clear: clears every PS (TensorFlow's order).
-      poll: reads the PSes' records (which reach :meth:`recorded`).
-      mark_pause: marks [start, end] as TicTac's own pause (no step time).
-      say: a progress line.
-      on_result: each check's result, after its decision was applied.
+      host: the run it checks (:class:`CheckHost`: the Controller), which installs
+        and clears the candidates' orders, reads records, marks pauses, says lines and
+        takes each check's result.
+      clock: the PSes' step records' clock (wall time).
     """
 
     def __init__(self, plan: "order_check.CheckPlan | None", recheck_every: int,
-                 installs: bool, join: "Callable[[], None] | None",
-                 algorithm: Callable[[], str], install: Callable[[Parts], None],
-                 clear: Callable[[], None], poll: Callable[[], Any],
-                 mark_pause: Callable[[float, float], None], say: Callable[[str], None],
-                 on_result: "Callable[[CheckResult], None] | None" = None,
+                 installs: bool, join: "Callable[[], None] | None", host: "CheckHost",
                  clock: Callable[[], float] = time.time) -> None:
         self.plan = plan
         # the plan's seed as given (None: each check draws one)
@@ -61,13 +75,7 @@ class CheckRunner:
         self.recheck_every = recheck_every
         self.installs = installs
         self._join = join
-        self._algorithm = algorithm
-        self._install = install
-        self._clear = clear
-        self._poll = poll
-        self._mark_pause = mark_pause
-        self._say = say
-        self._on_result = on_result
+        self._host = host
         self._clock = clock   # the PSes' step records' clock (wall time)
         self.results: list[CheckResult] = []  # every check's result, in order
         self.n = -1  # steps dispatched since the running check began; -1: none
@@ -162,7 +170,7 @@ class CheckRunner:
             return
         plan = self.plan
         for c, why in self.not_checked.items():
-            self._say(f"{c.upper()} order not checked: {why}")
+            self._host.say(f"{c.upper()} order not checked: {why}")
         if not plan.candidates:
             return
         same = "".join(f" ({a.upper()} gave the same order as {b.upper()}: checked once)"
@@ -171,7 +179,7 @@ class CheckRunner:
         per = (f" ({plan.block_dispatched} dispatched over {plan.workers} workers)"
                if plan.workers > 1 else "")
         rule = plan.rule()
-        self._say(f"checking {names} against TensorFlow's order{same}: rounds of "
+        self._host.say(f"checking {names} against TensorFlow's order{same}: rounds of "
                   f"{plan.block_steps} steps per worker in each order{per}, "
                   f"{rule.min_rounds} to {rule.max_rounds} rounds (the rounds stop when "
                   "the test decides)"
@@ -186,7 +194,7 @@ class CheckRunner:
         self.want = self.decided = None
         if self.installs and self.installed is not None:
             try:
-                self._clear()
+                self._host.clear_orders()
                 self.installed = None
             except Exception:  # noqa: BLE001 - a PS that went away: nothing to clear
                 log.debug("TicTac: clearing after a failed switch", exc_info=True)
@@ -238,7 +246,7 @@ class CheckRunner:
         elif self.recheck_every and self.plan.candidates:
             self._since_decision += 1
             if self._since_decision >= self.recheck_every * self.plan.workers:
-                self._say(f"re-checking after {self._since_decision} steps")
+                self._host.say(f"re-checking after {self._since_decision} steps")
                 self._begin_check()
 
     def check_again(self, candidates: Sequence[str], rounds: int) -> None:
@@ -285,7 +293,7 @@ class CheckRunner:
         self.want = want
         self._apply()
         now = self._clock()
-        self._mark_pause(idle_from, now)
+        self._host.mark_pause(idle_from, now)
         self._in_block = 0
         self._block_start = now
 
@@ -322,7 +330,7 @@ class CheckRunner:
                           if result.bounds.get(c, {}).get("verdict") != sequential.DROP)
             if going != self._active:
                 dropped = [c.upper() for c in self._active if c not in going]
-                self._say(f"order check: {' and '.join(dropped)} not {rule.margin:.0%} "
+                self._host.say(f"order check: {' and '.join(dropped)} not {rule.margin:.0%} "
                           f"faster than TensorFlow's order (round {self._round}): "
                           "left out of the next rounds")
                 self._active = going
@@ -332,7 +340,7 @@ class CheckRunner:
 
     def _look(self, final: bool) -> CheckResult:
         """The rule on the blocks that ran (the PSes' records read first)."""
-        self._poll()
+        self._host.poll()
         return order_check.decide(self._after_switch, self.plan, self.windows, final=final)
 
     def _abort_check(self, error: BaseException) -> None:
@@ -365,10 +373,9 @@ class CheckRunner:
             self._apply()
         except Exception:  # noqa: BLE001 - a PS gone: the decision applies where it can
             log.debug("TicTac: applying the check's decision", exc_info=True)
-        self._mark_pause(pause_start, self._clock())
-        self._say(verdict_line(result, self.same_as))
-        if self._on_result is not None:
-            self._on_result(result)
+        self._host.mark_pause(pause_start, self._clock())
+        self._host.say(verdict_line(result, self.same_as))
+        self._host.check_decided(result)
 
     def _apply(self) -> None:
         """Installs the wanted candidate order, or clears the PSes for TensorFlow's, so
@@ -378,9 +385,9 @@ class CheckRunner:
             if not self.installs or not self.candidates or want == self.installed:
                 return
             if want is not None and self.candidates[want] is not None:
-                self._install(self.candidates[want])
+                self._host.install_candidate(self.candidates[want])
             else:
-                self._clear()
+                self._host.clear_orders()
             self.installed = want
             self.to_reinstall.clear()
 
@@ -394,7 +401,7 @@ class CheckRunner:
                 self.to_reinstall.update(addresses)
                 where = ", ".join(addresses)
                 if not self.installs or self.installed is None:
-                    self._say(f"the PS at {where} was restarted (a new gate); it runs "
+                    self._host.say(f"the PS at {where} was restarted (a new gate); it runs "
                               "TensorFlow's order, as every PS does now")
                     self.to_reinstall.clear()
                     return
@@ -402,16 +409,16 @@ class CheckRunner:
             if not pending or not self.installs or self.installed is None:
                 return
             try:
-                self._install(self.candidates[self.installed], only=pending)
+                self._host.install_candidate(self.candidates[self.installed], only=pending)
             except Exception as e:  # noqa: BLE001 - say it once, try at the next read
                 log.debug("TicTac: reinstalling on %s", pending, exc_info=True)
                 if addresses:
-                        self._say(f"the PS at {', '.join(pending)} was restarted; installing "
+                        self._host.say(f"the PS at {', '.join(pending)} was restarted; installing "
                               f"the {self.installed.upper()} order on it failed ({e}): "
                               "trying again at every read")
                 return
             self.to_reinstall.clear()
-            self._say(f"the PS at {', '.join(pending)} was restarted (a new gate): the "
+            self._host.say(f"the PS at {', '.join(pending)} was restarted (a new gate): the "
                       f"{self.installed.upper()} order installed on it again")
 
 

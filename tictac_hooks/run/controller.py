@@ -71,13 +71,8 @@ class Controller(Switching):
         if check is None:
             check = order_check.CheckPlan(settings.check_rounds, settings.check_block_steps)
         # The order check's blocks and decisions, and what the PSes run (check_runner.py).
-        self.runner = CheckRunner(
-            check if check.rounds and install else None, settings.recheck_every,
-            install, join, algorithm=lambda: self.settings.algorithm,
-            install=lambda parts, only=None: self._install(parts, quiet=True, only=only),
-            clear=self._clear,
-            poll=self.poll, mark_pause=self.mark_pause, say=self.say,
-            on_result=self._decided_on)
+        self.runner = CheckRunner(check if check.rounds and install else None,
+                                  settings.recheck_every, install, join, host=self)
         self.verbose = verbose
         self.destination_jobs = config.destination_jobs
         self.settings = settings
@@ -156,7 +151,15 @@ class Controller(Switching):
         if self.phases.now in (phases.CHECKING, phases.DECIDED):  # a re-check began
             self._sync_phase("a re-check")
 
-    def _decided_on(self, result: CheckResult) -> None:
+    # --- what the check runner asks of the run (check_runner.CheckHost) ----------------
+    def install_candidate(self, parts: Sequence[tuple[Graph, Schedule]],
+                          only: Sequence[str] | None = None) -> None:
+        self._install(parts, quiet=True, only=only)
+
+    def clear_orders(self) -> None:
+        self._clear()
+
+    def check_decided(self, result: CheckResult) -> None:
         """A check decided (CheckRunner's on_result): the schedule is the kept order."""
         self.phases.to(phases.DECIDED, f"the check kept {result.kept}")
         parts = self.runner.candidates.get(self.runner.decided or "")
