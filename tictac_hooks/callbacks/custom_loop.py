@@ -49,7 +49,7 @@ class TicTacLoop:
       batch_size: per-worker batch size of that profile's inputs where the step's
         shapes leave it open, >= 1 (default 32).
       bandwidth: link bytes/s, > 0: turns the native gate's pacing on and times TAC's
-        transfers (default None: no pacing; TAC's rate measured).
+        transfers (``--tictac_bandwidth``, default None: no pacing; TAC's rate measured).
       window_bytes: the gate's pacing window, or the proxy's look-ahead window, bytes
         >= 0 (``--tictac_window_bytes``, default 1048576; see :class:`tictac_hooks.TicTac`).
       check_rounds, check_block_steps, recheck_every: the order check, as for

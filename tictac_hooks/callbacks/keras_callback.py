@@ -72,8 +72,9 @@ class TicTac(_callback_base()):  # type: ignore[misc]
       bandwidth: the link rate of a PS in bytes/s, finite and > 0. Turns the native
         gate's pacing on: each PS hands transfers to gRPC no faster than this rate
         (most of the training gain measured comes from this paced service), and TAC
-        times transfers with it. None (no flag): no pacing; TAC's transfer times come
-        from the rate measured in the profiled steps.
+        times transfers with it: the PS NIC's line rate. None: ``--tictac_bandwidth``
+        if parsed, else nothing (no pacing; TAC's transfer times come from the rate
+        measured in the profiled steps).
       measure_compute: profile per-op compute times (in a child process, a few
         seconds, while fit goes on in TensorFlow's order) for TAC in the order check
         and for the per-step efficiency E. False: TIC alone, installed within a second

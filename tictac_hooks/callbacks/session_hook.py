@@ -59,7 +59,7 @@ class TicTacHook(_hook_base()):  # type: ignore[misc]
       is_chief: install the schedule from this process (default: True, or the
         ``TF_CONFIG`` task is the chief / worker 0).
       bandwidth: link bytes/s, > 0: turns the native gate's pacing on and times TAC's
-        transfers (default None: no pacing; TAC's rate measured).
+        transfers (``--tictac_bandwidth``, default None: no pacing; TAC's rate measured).
       poll_every: read step statistics from the PSes every N steps, >= 1 (default 50).
       check_rounds, check_block_steps, recheck_every: the order check, as for
         :class:`tictac_hooks.TicTac` (``--tictac_check_rounds``, default 8, 0: off;
