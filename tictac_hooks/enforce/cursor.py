@@ -157,8 +157,8 @@ class RecordCursor:
 
     def _read_one(self, address: str, include_active: bool) -> tuple[GateStats, bool]:
         """One PS's reply, and whether its gate is new since the last read: another
-        id (a gate that says none: its record numbers went back). Changes nothing:
-        :meth:`read` keeps what every PS answered, or nothing."""
+        id (a gate that says none: its record numbers went back). Keeps only the
+        read's time: :meth:`read` keeps what every PS answered, or nothing."""
         started = time.perf_counter()
         since = self._since[address]
         reply = self._stats(address, include_active, since)

@@ -74,11 +74,10 @@ class Controller(Switching):
         self.runner = CheckRunner(check if check.rounds and install else None,
                                   settings.recheck_every, install, join, host=self)
         self.verbose = verbose
-        self.destination_jobs = config.destination_jobs
         self.settings = settings
         self.installs = install
         self.schedule: Schedule | None = None
-        self.steplog = StepLog(self.destination_jobs)
+        self.steplog = StepLog(config.destination_jobs)
         self._pauses: list[tuple[float, float]] = []
         self._beside: list[list[float]] = []  # [start, end] of work beside the loop
         # The rate TAC's recv times and E use: the config's bandwidth, else the fastest
@@ -107,9 +106,7 @@ class Controller(Switching):
         self._reading: reading.ReadingThread | None = None
         self._lock = threading.RLock()
         self.dispatched = 0  # training steps the loop dispatched
-        # task ("worker:1") -> its address, to tell a dead worker from a slow one
-        self.worker_addresses: dict[str, str] = dict(config.worker_addresses)
-        self.spread_over = config.spread_over
+        # worker -> when its task was last asked whether it answers (lost workers)
         self._probed: dict[str, float] = {}
         # Where the order is saved for a job restart (saved_order.py; None: not saved),
         # what it is valid for, and the file a restored order came from.
@@ -308,6 +305,20 @@ class Controller(Switching):
     def served_transfers(self) -> dict[str, set[str]]:
         """worker -> names of the transfers the PSes served it during profiling."""
         return self.steplog.served_copy()
+
+    @property
+    def destination_jobs(self) -> tuple[str, ...]:
+        return self.config.destination_jobs
+
+    @property
+    def worker_addresses(self) -> dict[str, str]:
+        """task ("worker:1") -> its address, to tell a dead worker from a slow one."""
+        return dict(self.config.worker_addresses)
+
+    @property
+    def spread_over(self) -> int:
+        """The workers the dispatched steps go to (CheckPlan.workers)."""
+        return self.config.spread_over
 
     @property
     def pace_rate(self) -> float | None:
