@@ -514,8 +514,13 @@ def test_long_epochs_lose_no_step_record(tmp_path):
     for worker, s in summary["workers"].items():
         run = "worker_" + worker.split("/task:")[1].split("/")[0]
         assert len(scalars[run]["tictac/phase"]) == s["steps"], (run, s)
+        # Lost records are caught by the counts above and below; this catches intervals
+        # across runs of them (a reader that falls behind). A shared machine also stalls
+        # single steps (1.08 s against a 0.19 s median once in CI, every record
+        # present), so at most 1 % of the steps may exceed 5x the median.
         median = float(np.median(times[run]))
-        assert max(times[run]) <= 5 * median, (run, median, sorted(times[run])[-5:])
+        slow = [t for t in times[run] if t > 5 * median]
+        assert len(slow) <= len(times[run]) // 100, (run, median, sorted(slow))
         # every step but the first, the last and those holding TicTac's pause
         assert len(times[run]) >= s["steps"] - sum(s["excluded"].values()), (run, s)
 
