@@ -55,12 +55,15 @@ from tictac_hooks.bench.fit_report import TF_AGAIN  # noqa: E402
 from tictac_hooks.run.order_check import CheckPlan, Window  # noqa: E402
 from tictac_hooks.run.order_check import block_steps_of  # noqa: E402
 from tictac_hooks.records import WorkerStep  # noqa: E402
-from tictac_hooks.run.sequential import GO_ON, KEEP, Rule  # noqa: E402
+from tictac_hooks.run.sequential import (GO_ON, KEEP, MIN_AUTO_BLOCK, Rule,  # noqa: E402
+                                         block_steps_for, log_spread)
 
 RESULTS = os.path.join(HERE, "results", "check-rates")
 RECHECK_EVERY = 5000
 from tictac_hooks.flags import DEFAULTS  # noqa: E402
 DEFAULT_BLOCK = DEFAULTS["check_block_steps"]  # the product's block, steps per worker
+AUTO = "auto"          # --block-steps auto: each run's block chosen from its spread
+PROFILED_STEPS = 60    # the steps per worker its spread is measured on
 
 
 def load(path: str) -> dict[str, Any]:
@@ -157,7 +160,11 @@ def measure(runs: list[dict[str, Any]], checks: int, seed: int = 0,
             for r in runs if r["values"].get(TF_AGAIN)]
     out["real_aa"] = {"kept": sum(k for k, _ in real), "of": len(real),
                       "rounds": statistics.median(n for _, n in real) if real else None}
-    usable = [(streams(r), (block_steps or r["block_steps"]) - 1) for r in runs]
+    if block_steps == AUTO:   # each run's block from its first steps' spread
+        usable = [(s, auto_block(s) - 1) for s in map(streams, runs)]
+        out["auto_blocks"] = sorted(b + 1 for _, b in usable)
+    else:
+        usable = [(streams(r), (block_steps or r["block_steps"]) - 1) for r in runs]
     usable = [(s, b) for s, b in usable if s]  # each run's streams, once for every gain
     for label, gain in (("aa", 0.0), ("plus10", 0.10), ("plus5", 0.05), ("plus20", 0.20)):
         rng = random.Random(seed)
@@ -168,12 +175,22 @@ def measure(runs: list[dict[str, Any]], checks: int, seed: int = 0,
             if got is not None:
                 results.append(got)
         rounds = [n for _, n in results]
-        block = block_steps or runs[0]["block_steps"]
+        block = (statistics.median(out["auto_blocks"]) if block_steps == AUTO
+                 else block_steps or runs[0]["block_steps"])
         out[label] = {"kept": sum(k for k, _ in results), "of": len(results),
                       "rounds_median": statistics.median(rounds) if rounds else None,
                       "check_steps_per_worker": (statistics.median(rounds) * 2 * block
                                                  if rounds else None)}
     return out
+
+
+def auto_block(run_streams: dict[str, list[float]]) -> int:
+    """The block the product would choose (check_block_steps 0) from a run's first
+    PROFILED_STEPS steps per worker, as its profiling period would give them."""
+    spread = log_spread({w: s[:PROFILED_STEPS] for w, s in run_streams.items()})
+    if spread is None:
+        return MIN_AUTO_BLOCK
+    return block_steps_for(spread, Rule(candidates=1), RECHECK_EVERY)[0]
 
 
 def record(n: int, workers: Sequence[int], rounds: int, block_steps: int,
@@ -212,7 +229,9 @@ def main(argv: Sequence[str]) -> int:
                     help="write a recorded run as kept in git, and stop")
     ap.add_argument("--block-steps", default="",
                     help="resample with these block lengths too (comma-separated; steps "
-                         "per worker per block, the first not measured)")
+                         "per worker per block, the first not measured; 'auto': each "
+                         "run's block as check_block_steps 0 chooses it from the run's "
+                         f"first {PROFILED_STEPS} steps per worker)")
     args = ap.parse_args(argv)
     if args.compact:
         compact(*args.compact)
@@ -233,12 +252,12 @@ def main(argv: Sequence[str]) -> int:
           "| +10 % kept | +20 % kept | median rounds (+10 %) "
           "| check steps per worker and candidate (+10 %) | share of a recheck period |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    sweep = [int(b) for b in args.block_steps.split(",") if b]
+    sweep = [b if b == AUTO else int(b) for b in args.block_steps.split(",") if b]
     def pct(x: dict[str, Any]) -> str:
         return f"{100 * x['kept'] / x['of']:.1f} % of {x['of']}" if x["of"] else "-"
     for w, recorded in sorted({(r["workers"], r["block_steps"]) for r in runs}):
         mine = [r for r in runs if (r["workers"], r["block_steps"]) == (w, recorded)]
-        for block in [None] + [b for b in sweep if b < recorded]:
+        for block in [None] + [b for b in sweep if b == AUTO or b < recorded]:
             m = measure(mine, checks, block_steps=block)
             if block is None and recorded == DEFAULT_BLOCK:
                 for label in total:
@@ -248,7 +267,9 @@ def main(argv: Sequence[str]) -> int:
             share = steps / (steps + RECHECK_EVERY) if steps else None
             real = (f"{m['real_aa']['kept']} of {m['real_aa']['of']}" if block is None
                     else "(resampled only)")
-            print(f"| {w} | {block or mine[0]['block_steps']} | {m['runs']} | {real} "
+            shown = (f"auto ({', '.join(map(str, m['auto_blocks']))})" if block == AUTO
+                     else block or mine[0]['block_steps'])
+            print(f"| {w} | {shown} | {m['runs']} | {real} "
                   f"| {pct(m['aa'])} | {pct(m['plus5'])} | {pct(m['plus10'])} "
                   f"| {pct(m['plus20'])} "
                   f"| {m['plus10']['rounds_median']} | {steps} "

@@ -363,3 +363,70 @@ def test_a_gate_error_inside_the_check_ends_the_check_not_training(gate):
     assert h.lines[-1].endswith("training goes on")
     h.step(20)
     assert len(h.results) == 1
+
+
+def _profiled(h: "Harness", workers: int, steps: int, spread: float) -> None:
+    """Profiled steps whose log step time is spread evenly over +-spread (MAD = spread/2)
+    on each of ``workers`` workers, as the PSes record them before the switch."""
+    import math
+    records = []
+    for w in range(workers):
+        worker = W0.replace("task:0", f"task:{w}")
+        for i in range(steps):
+            x = -spread + 2 * spread * i / (steps - 1)
+            records.append(WorkerStep(worker, i + 1, float(i), 0.1 * math.exp(x), 0.0,
+                                      PROFILING))
+    h.runner.recorded(records)
+
+
+def test_an_auto_block_is_chosen_from_the_profiled_spread_and_said(gate):
+    """check_block_steps 0: the shortest block the profiled spread says would keep a true
+    +10 % in 90 % of checks, within the share of the recheck period; the line and the
+    summary's ``block`` say what it gives."""
+    from tictac_hooks.run import sequential
+    h = Harness(gate, plan=CheckPlan(8, order_check.AUTO_BLOCK, seed=1), recheck_every=5000)
+    _profiled(h, workers=2, steps=41, spread=0.15)   # MAD 0.075: spread 0.111
+    spread = sequential.log_spread({w: list(t) for w, t in h.runner._profiled_times.items()})
+    assert spread == pytest.approx(1.4826 * 0.075, rel=0.02)
+    h.switch()
+    want, power, share = sequential.block_steps_for(spread, h.runner.plan.rule(), 5000)
+    assert h.runner.plan.block_steps == want and MIN_AUTO < want < 15
+    assert power >= 0.9 and share <= 0.10
+    # one step shorter would not have had the power
+    assert sequential.power(0.1, sequential.round_sd(spread, want - 1),
+                            h.runner.plan.rule()) < 0.9 or want == MIN_AUTO
+    choice = h.runner.block_choice
+    assert choice["auto"] and choice["block_steps"] == want
+    line = next(x for x in h.lines if x.startswith("checking"))
+    assert f"rounds of {want} steps per worker" in line
+    assert f"blocks of {want} steps from the profiled steps' spread (step time varies 11 %)" \
+        in line and "of checks (estimated)" in line and "of a recheck period" in line
+    h.until_decided()   # the blocks run at the chosen length
+    assert h.results[-1].block_steps == want
+
+
+def test_a_wide_spread_is_capped_by_the_recheck_share_and_says_the_power_it_has(gate):
+    from tictac_hooks.run import sequential
+    h = Harness(gate, plan=CheckPlan(8, order_check.AUTO_BLOCK, seed=1), recheck_every=5000)
+    _profiled(h, workers=1, steps=41, spread=1.0)
+    h.switch()
+    rule = h.runner.plan.rule()   # two candidates: 2 x 8 x 2 blocks per check
+    assert h.runner.plan.block_steps == int(0.10 * 5000 / (2 * 8 * 2)) == 15
+    assert h.runner.block_choice["power_plus10"] < 0.9
+    assert sequential.block_steps_for(0.5, rule, 0)[0] == 60   # no rechecks: at most 60
+
+
+def test_a_set_block_reports_its_power_and_no_profile_keeps_the_minimum(gate):
+    h = Harness(gate, plan=CheckPlan(ROUNDS, BLOCK, seed=6))
+    _profiled(h, workers=1, steps=21, spread=0.2)
+    h.switch()
+    assert h.runner.plan.block_steps == BLOCK and not h.runner.block_choice["auto"]
+    assert f"blocks of {BLOCK} steps as set" in next(x for x in h.lines
+                                                     if x.startswith("checking"))
+    bare = Harness(gate, plan=CheckPlan(ROUNDS, order_check.AUTO_BLOCK, seed=6))
+    bare.switch()
+    assert bare.runner.plan.block_steps == MIN_AUTO
+    assert bare.runner.block_choice["why"] == "too few profiled steps to measure"
+
+
+MIN_AUTO = 10

@@ -80,3 +80,49 @@ def test_error_rates_on_independent_rounds():
     plus10, rounds = _simulate(rule, 0.10, 0.04, 2000, seed=2)
     assert plus10 >= 0.90 and rounds < 5, (plus10, rounds)
     assert sequential.MAX_ROUNDS == rule.max_rounds == 8
+
+
+
+def test_a_rounds_spread_is_the_difference_of_two_block_medians():
+    """round_sd against simulation: d = log median of L steps - log median of L others,
+    each log step time normal with spread s, within 8 % at L = 10 to 40."""
+    import random
+    import statistics
+    rng = random.Random(3)
+    for length in (10, 20, 40):
+        ds = []
+        for _ in range(3000):
+            a = statistics.median(rng.gauss(0, 0.2) for _ in range(length))
+            b = statistics.median(rng.gauss(0, 0.2) for _ in range(length))
+            ds.append(a - b)
+        assert statistics.stdev(ds) == pytest.approx(sequential.round_sd(0.2, length),
+                                                     rel=0.08), length
+
+
+def test_the_block_is_the_shortest_with_the_power_within_its_bounds():
+    rule = sequential.Rule()
+    powers = [sequential.power(0.10, sequential.round_sd(0.2, n), rule) for n in (10, 20, 40)]
+    assert powers == sorted(powers) and powers[0] < 0.9 < powers[-1]
+    block, power, share = sequential.block_steps_for(0.2, rule, recheck_every=0)
+    assert 20 < block < 60 and power >= 0.9 and share is None
+    assert sequential.power(0.10, sequential.round_sd(0.2, block - 1), rule) < 0.9
+    # a steady machine: the minimum; a noisy one: the cap, and the power it has
+    assert sequential.block_steps_for(0.01, rule)[0] == sequential.MIN_AUTO_BLOCK
+    capped, p, share = sequential.block_steps_for(0.5, rule, recheck_every=5000)
+    assert capped == int(0.10 * 5000 / 16) == 31 and p < 0.9 and share <= 0.10
+    # the simulated rule keeps a true +10 % at least as often as the bound says
+    kept, _ = _simulate(rule, 0.10, sequential.round_sd(0.2, block), 2000, seed=4)
+    assert kept >= 0.9 - 0.03, kept
+    with pytest.raises(ValueError):
+        sequential.block_steps_for(float("nan"), rule)
+
+
+def test_the_spread_is_robust_to_a_stalled_step_and_needs_five_steps():
+    steady = {"w0": [0.1, 0.11, 0.1, 0.09, 0.1, 0.105, 0.095] * 3}
+    stalled = {"w0": steady["w0"] + [5.0]}
+    a, b = sequential.log_spread(steady), sequential.log_spread(stalled)
+    assert a == pytest.approx(b, rel=0.25) and a < 0.1
+    # each worker around its own median: a slower worker adds no spread
+    assert sequential.log_spread({"w0": steady["w0"], "w1": [3 * t for t in steady["w0"]]}) \
+        == pytest.approx(a)
+    assert sequential.log_spread({"w0": [0.1] * 4}) is None

@@ -66,7 +66,9 @@ def test_a_flag_given_on_the_command_line_counts_as_set_and_an_argument_wins(fla
     (dict(log_dir=3), "log_dir must be a directory path"),
     (dict(skip_timeout=float("inf")), "skip_timeout"),
     (dict(window_bytes=-1), "window"),
-    (dict(check_block_steps=2), "check_block_steps"),
+    (dict(check_block_steps=2), "check_block_steps must be a whole number >= 3, or 0 or "
+                                "'auto'"),
+    (dict(check_block_steps="10"), "check_block_steps"),
     (dict(recheck_every=-1), "recheck_every"),
     (dict(align="sideways"), "align must be one of auto, on, off"),
 ])
@@ -168,3 +170,16 @@ def test_the_proxy_client_refuses_pacing_settings_before_it_sends_anything():
         "not pace at a link rate, so it has no link to share among the workers of a step. "
         "Leave align unset (auto: each backend does what it can), or run the PSes with "
         "the native backend (`tictac ps`, its default)")
+
+
+def test_an_auto_block_is_0_or_auto_and_the_flag_takes_0_but_not_2(flag_values):
+    assert Settings.resolve(check_block_steps="auto").check_block_steps == 0
+    assert Settings.resolve(check_block_steps=0).check_block_steps == 0
+    assert Settings.resolve(check_block_steps=12).check_block_steps == 12
+    with pytest.raises(ValueError):
+        Settings.resolve(check_block_steps=False)
+    flag_values("--tictac_check_block_steps=0")
+    assert Settings.resolve().check_block_steps == 0
+    flags.FLAGS.unparse_flags()
+    with pytest.raises(flags.IllegalFlagValueError, match="0 .chosen from the spread"):
+        flag_values("--tictac_check_block_steps=2")

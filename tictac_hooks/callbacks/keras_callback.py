@@ -97,7 +97,8 @@ class TicTac(_callback_base()):  # type: ignore[misc]
       check_block_steps: training steps per worker per block of the check, >= 3 (a
         block's first and last steps are not measured); a block runs this many
         training steps times the workers and ends with the call that reaches it.
-        None: ``--tictac_check_block_steps`` if parsed, else 10.
+        0 or ``"auto"``: chosen from the profiled steps' spread (docs/ALGORITHMS.md,
+        "The block length"). None: ``--tictac_check_block_steps`` if parsed, else 10.
       recheck_every: run the check again this many training steps per worker after
         each decision, >= 0; 0: check once. None: ``--tictac_recheck_every`` if
         parsed, else 5000.

@@ -385,6 +385,8 @@ class Controller(Switching):
                    for r in self.check_results]
         check = None
         if results:
+            if self.runner.block_choice:   # how the checks' block length was set
+                results[-1]["block"] = dict(self.runner.block_choice)
             check = dict(results[-1])
             if self.runner.same_as:
                 check["same_as"] = dict(self.runner.same_as)

@@ -44,6 +44,7 @@ from tictac_hooks.records import (CHECK, SCHEDULED, CheckBlock, CheckResult, Rat
 from tictac_hooks.run import sequential
 
 TICTAC, DEFAULT = "tictac", "default"
+AUTO_BLOCK = 0   # block_steps chosen when the check starts (CheckRunner._choose_block)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +68,8 @@ class CheckPlan:
                 raise ValueError(f"check {name} must be an integer >= 0, got {value!r}")
         if self.workers < 1:
             raise ValueError(f"check workers must be >= 1, got {self.workers}")
-        if self.rounds and self.block_steps < MIN_CHECK_BLOCK_STEPS:
+        if self.rounds and self.block_steps != AUTO_BLOCK and \
+                self.block_steps < MIN_CHECK_BLOCK_STEPS:
             raise ValueError(
                 f"check block_steps must be >= {MIN_CHECK_BLOCK_STEPS} (each block's first step "
                 f"straddles the order change and its last holds the next install, so "

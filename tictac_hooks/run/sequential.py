@@ -36,6 +36,16 @@ MAX_ROUNDS = 8
 
 KEEP, DROP, GO_ON = "keep", "drop", "continue"
 
+# Choosing the block length (check_block_steps 0, "auto"): the shortest block with which
+# the rule would keep a true POWER_GAIN with probability POWER_TARGET in max_rounds
+# rounds, given the profiled steps' spread, within [MIN_AUTO_BLOCK, MAX_AUTO_BLOCK] and
+# so that the longest check costs at most CHECK_SHARE of a recheck period.
+POWER_GAIN = 0.10
+POWER_TARGET = 0.90
+MIN_AUTO_BLOCK = 10
+MAX_AUTO_BLOCK = 60
+CHECK_SHARE = 0.10
+
 
 def t_cdf(t: float, df: int) -> float:
     """P(T <= t) for Student's t with integer ``df`` >= 1 (the closed form in
@@ -163,3 +173,73 @@ class Rule:
             return max(kept, key=lambda c: standing[c].mean), True, standing
         over = all(b.verdict == DROP for b in standing.values())
         return None, over, standing
+
+
+def normal_cdf(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def round_sd(step_sd: float, block_steps: int) -> float:
+    """The spread of one round's value d from the steps' spread ``step_sd`` (of log step
+    time) when every step is independent: the median of L steps varies as
+    sqrt(pi / 2) step_sd / sqrt(L), and d is the difference of two medians. The
+    machine's slower swings between blocks add to it, so this is a lower bound."""
+    return step_sd * math.sqrt(math.pi / block_steps)
+
+
+def power(gain: float, sd: float, rule: Rule) -> float:
+    """The probability that ``rule`` keeps a candidate of true ``gain`` by its last
+    round, when each round's d has spread ``sd`` (a fixed-sample normal approximation:
+    P(mean - t se > 0) with n = max_rounds; the earlier looks add to it, the machine's
+    swings between blocks take from it: an estimate)."""
+    n = rule.max_rounds
+    if n < 2 or sd <= 0:
+        return 1.0 if gain > 0 else 0.0
+    t = t_quantile(1 - rule.alpha / rule.candidates, n - 1)
+    return normal_cdf(math.log1p(gain) * math.sqrt(n) / sd - t)
+
+
+def block_steps_for(step_sd: float, rule: Rule, recheck_every: int = 0,
+                    gain: float = POWER_GAIN, target: float = POWER_TARGET
+                    ) -> tuple[int, float, float | None]:
+    """The check's block length from the profiled steps' spread: the shortest L in
+    [MIN_AUTO_BLOCK, longest] with :func:`power` >= ``target`` for ``gain``, where the
+    longest is MAX_AUTO_BLOCK and, with rechecks, the L whose longest check (every
+    round, every candidate, both sides) is CHECK_SHARE of ``recheck_every`` steps.
+    Returns (L, the power at L, the longest check's share of a recheck period or None
+    without rechecks)."""
+    if not step_sd >= 0:
+        raise ValueError(f"step_sd must be >= 0, got {step_sd!r}")
+    per_block = 2 * rule.max_rounds * rule.candidates   # blocks of the longest check
+    longest = MAX_AUTO_BLOCK
+    if recheck_every:
+        longest = min(longest, int(CHECK_SHARE * recheck_every / per_block))
+    longest = max(MIN_AUTO_BLOCK, longest)
+    block = longest
+    for length in range(MIN_AUTO_BLOCK, longest + 1):
+        if power(gain, round_sd(step_sd, length), rule) >= target:
+            block = length
+            break
+    share = per_block * block / recheck_every if recheck_every else None
+    return block, power(gain, round_sd(step_sd, block), rule), share
+
+
+def log_spread(step_times: Mapping[str, Sequence[float]]) -> float | None:
+    """The spread of log step time within each worker, pooled: 1.4826 x the median
+    absolute deviation from each worker's median (robust to the odd stalled step);
+    None with fewer than 5 steps in all."""
+    deviations: list[float] = []
+    for times in step_times.values():
+        logs = sorted(math.log(t) for t in times if t > 0)
+        if not logs:
+            continue
+        mid = _median(logs)
+        deviations += [abs(v - mid) for v in logs]
+    if len(deviations) < 5:
+        return None
+    return 1.4826 * _median(sorted(deviations))
+
+
+def _median(ordered: Sequence[float]) -> float:
+    n = len(ordered)
+    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2

@@ -81,13 +81,27 @@ class Settings:
             "stats_every": lambda v: checks.whole_number("stats_every", v, 1),
             "window_bytes": check_window,
             "check_rounds": lambda v: checks.whole_number("check_rounds", v, 0),
-            "check_block_steps": lambda v: checks.whole_number(
-                "check_block_steps", v, tictac_flags.MIN_CHECK_BLOCK_STEPS),
+            "check_block_steps": _check_block_steps,
             "recheck_every": lambda v: checks.whole_number("recheck_every", v, 0),
             "align": tictac_flags.check_align,
         }
         return {name: None if value is None else checkers[name](value)
                 for name, value in values.items()}
+
+
+def _check_block_steps(value: Any) -> int:
+    """A whole number >= MIN_CHECK_BLOCK_STEPS, or 0 / "auto": chosen when the check
+    starts from the profiled steps' spread (CheckRunner)."""
+    if value == "auto" or (value == 0 and not isinstance(value, bool)):
+        return 0
+    from tictac_hooks import checks
+    try:
+        return checks.whole_number("check_block_steps", value,
+                                   tictac_flags.MIN_CHECK_BLOCK_STEPS)
+    except ValueError:
+        raise ValueError(f"check_block_steps must be a whole number >= "
+                         f"{tictac_flags.MIN_CHECK_BLOCK_STEPS}, or 0 or 'auto' (chosen from "
+                         f"the profiled steps' spread), got {value!r}") from None
 
 
 def _check_log_dir(log_dir: Any) -> str:
