@@ -1,7 +1,8 @@
 """The interface of a client of a PS's TicTac gate, shared by both backends: the proxy's
 :class:`~tictac_hooks.enforce.client.RendezvousClient` and the native
 :class:`~tictac_hooks.enforce.native.client.NativeClient`;
-:func:`~tictac_hooks.enforce.client.connect` picks one."""
+:func:`~tictac_hooks.enforce.client.connect` picks one. Every client, the in-process one
+included, is held to this contract by one scenario (tests/enforce/test_client_contract.py)."""
 
 from __future__ import annotations
 
