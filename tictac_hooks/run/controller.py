@@ -30,7 +30,7 @@ from tictac_hooks.run.check_runner import CheckRunner
 from tictac_hooks.run.phases import Phases
 from tictac_hooks.run.config import RunConfig
 from tictac_hooks.run.settings import Settings, TicTacSetupError
-from tictac_hooks.run.steplog import StepLog
+from tictac_hooks.run.steplog import Pauses, StepLog
 from tictac_hooks.run.summary import OrderCounts, RunSummary
 from tictac_hooks.run.switching import Switching
 from tictac_hooks.run.tensorboard import StepTimeWriter
@@ -78,7 +78,7 @@ class Controller(Switching):
         self.installs = install
         self.schedule: Schedule | None = None
         self.steplog = StepLog(config.destination_jobs)
-        self._pauses: list[tuple[float, float]] = []
+        self._pauses = Pauses()
         self._beside: list[list[float]] = []  # [start, end] of work beside the loop
         # The rate TAC's recv times and E use: the config's bandwidth, else the fastest
         # link measured while profiling (at the switch), or the saved order's.
@@ -284,7 +284,7 @@ class Controller(Switching):
 
     def _paused_within(self, start: float, end: float) -> float:
         """Seconds of TicTac's own pauses inside [start, end]."""
-        return sum(max(0.0, min(end, p1) - max(start, p0)) for p0, p1 in self._pauses)
+        return self._pauses.within(start, end)
 
     def _beside_within(self, start: float, end: float) -> bool:
         """Whether TicTac's own work ran beside the loop during [start, end]."""
@@ -347,7 +347,7 @@ class Controller(Switching):
     def mark_pause(self, start: float, end: float) -> None:
         """Steps whose interval overlaps [start, end] (time TicTac itself held the
         training loop, e.g. to profile) get no step time."""
-        self._pauses.append((start, end))
+        self._pauses.add(start, end)
 
     def _install(self, parts: Sequence[tuple[Graph, Schedule]], quiet: bool = False,
                  only: Sequence[str] | None = None) -> None:

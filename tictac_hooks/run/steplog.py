@@ -26,6 +26,7 @@ the record numbers of the latest _KEEP_RECEIVED records per PS.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import statistics
@@ -41,6 +42,7 @@ _KEEP_INTERVALS = 16         # per worker: its latest step-to-step intervals
 _KEEP_FINALIZED_IDS = 4_096  # per worker, to ignore re-reported old steps
 _KEEP_PROFILED = 256         # unscheduled (PS, step, worker) records, for served sizes
 _KEEP_RECEIVED = 4_096       # per (PS, worker): worker_seq of the records read
+_KEEP_PAUSES = 4_096         # TicTac's own pauses of the loop (a few per check block)
 
 
 @dataclasses.dataclass
@@ -114,27 +116,79 @@ class _Pending:
 
 
 class _Numbers:
-    """The record numbers read at one PS for one worker: the latest _KEEP_RECEIVED of
-    them; how many lie between two numbers costs the distance between them (the
-    records between two consecutive steps), not the history."""
+    """The record numbers read at one PS for one worker, as disjoint runs
+    [first, last] of consecutive numbers: a PS numbers a worker's records 1, 2, 3, ...,
+    so a read adds to the newest run and memory is the number of gaps, not of records
+    (256 workers x 16 PS stay under a few MB). The latest _KEEP_RECEIVED numbers are
+    kept (the lowest let go first); how many lie between two numbers costs the runs
+    between them."""
 
     def __init__(self) -> None:
-        self._set: set[int] = set()
-        self._order: collections.deque = collections.deque()
+        self._starts: list[int] = []   # run i is [_starts[i], _ends[i]], sorted, disjoint
+        self._ends: list[int] = []
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
 
     def add(self, n: int) -> None:
-        if n in self._set:
-            return
-        self._set.add(n)
-        self._order.append(n)
-        if len(self._order) > _KEEP_RECEIVED:
-            self._set.discard(self._order.popleft())
+        i = bisect.bisect_right(self._starts, n) - 1   # the run starting at or before n
+        if i >= 0 and n <= self._ends[i]:
+            return                                       # read before
+        joins_left = i >= 0 and self._ends[i] == n - 1
+        joins_right = i + 1 < len(self._starts) and self._starts[i + 1] == n + 1
+        if joins_left and joins_right:                   # n closes a gap of one
+            self._ends[i] = self._ends[i + 1]
+            del self._starts[i + 1], self._ends[i + 1]
+        elif joins_left:
+            self._ends[i] = n
+        elif joins_right:
+            self._starts[i + 1] = n
+        else:
+            self._starts.insert(i + 1, n)
+            self._ends.insert(i + 1, n)
+        self._count += 1
+        while self._count > _KEEP_RECEIVED:             # let the lowest go
+            drop = min(self._count - _KEEP_RECEIVED, self._ends[0] - self._starts[0] + 1)
+            self._starts[0] += drop
+            self._count -= drop
+            if self._starts[0] > self._ends[0]:
+                del self._starts[0], self._ends[0]
 
     def count_between(self, lo: int, hi: int) -> int:
         """How many numbers read lie strictly between ``lo`` and ``hi``."""
-        if hi - lo - 1 <= len(self._set):
-            return sum(1 for n in range(lo + 1, hi) if n in self._set)
-        return sum(1 for n in self._set if lo < n < hi)
+        total = 0
+        i = max(0, bisect.bisect_right(self._starts, lo) - 1)
+        while i < len(self._starts) and self._starts[i] < hi:
+            first, last = max(self._starts[i], lo + 1), min(self._ends[i], hi - 1)
+            total += max(0, last - first + 1)
+            i += 1
+        return total
+
+
+class Pauses:
+    """TicTac's own pauses of the training loop ([start, end] wall times), the latest
+    _KEEP_PAUSES by start: how much of a step's interval they cover costs the pauses
+    that can overlap it (found by bisection), not the run's history."""
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[float, float]] = []   # sorted by start
+        self._longest = 0.0
+
+    def __len__(self) -> int:
+        return len(self._spans)
+
+    def add(self, start: float, end: float) -> None:
+        bisect.insort(self._spans, (start, end))
+        self._longest = max(self._longest, end - start)
+        if len(self._spans) > _KEEP_PAUSES:
+            del self._spans[0]
+
+    def within(self, start: float, end: float) -> float:
+        """Seconds of the pauses inside [start, end] (overlapping pauses each count)."""
+        lo = bisect.bisect_left(self._spans, (start - self._longest, float("-inf")))
+        hi = bisect.bisect_right(self._spans, (end, float("inf")))
+        return sum(max(0.0, min(end, p1) - max(start, p0)) for p0, p1 in self._spans[lo:hi])
 
 
 class StepLog:
