@@ -287,3 +287,28 @@ def test_a_clear_keeps_the_pses_that_carried_the_order(gate):
     c._clear()
     assert c.steplog.ordered_ps == {PS, "127.0.0.1:1"}
     c.gates.close()
+
+
+def test_a_cursor_made_after_its_runs_steps_reads_them_from_the_runs_start():
+    """The bench makes its controllers after the profiled steps: a cursor started later
+    than a finish bound after them saw none of them (the switch then found no served
+    transfer, or only stray ones, and refused). Started with the run's start time, it
+    reads the steps begun since, not those of an earlier run."""
+    g = Gate(skip_after_s=5.0, window_bytes=0, finish_after_s=0.05)
+    with inprocess.serve_in_process(PS, g):
+        step(g, names=("earlier",))            # an earlier run's step
+        time.sleep(0.01)
+        began = time.time()
+        for _ in range(3):
+            step(g, names=("a", "b"))
+        time.sleep(0.2)                          # past the finish bound: all finished
+        g.stats(since=0)                         # (reading finishes quiet channels)
+        late = RecordCursor([PS])
+        late.start()
+        assert late.read().steps == []           # what the bench's controllers saw
+        since = RecordCursor([PS])
+        since.start(after=began)
+        got = since.read().steps
+        assert len(got) == 3 and {n for s in got for n in s.order} == {"a", "b"}, got
+        late.close()
+        since.close()

@@ -271,6 +271,7 @@ def run(cfg: dict) -> dict:
     # transfer (ResNet-50 training 207 ms against 521 ms over the fast link; VGG-16
     # inference 311 against 378 ms, and TIC's shaped step 334 ms).
     count = max(5, cfg["profile_steps"])
+    profiled_since = time.time()  # the controllers read the PSes' records from here
     fast = settled_makespans(lambda: r.step(0).makespan, count)
     local = settled_makespans(lambda: r.compute_step().makespan, count)
     graphs, compute, late, traced = r.profile()
@@ -309,7 +310,8 @@ def run(cfg: dict) -> dict:
         comm = metrics.comm_seconds(bytes_per_ps, len(cfg["interposed_tasks"]), rate_bits)
         progress(cfg, f"link {rate_bits / 1e6:.0f} Mbit/s ({answer}): comm {comm * 1e3:.0f} ms, "
                       f"comm/comp {comm / comp:.2f}")
-        controllers = make_controllers(cfg, algos, graphs, compute, late, rate_bits)
+        controllers = make_controllers(cfg, algos, graphs, compute, late, rate_bits,
+                                       profiled_since)
         check = run_order_check(cfg, r, controllers[CHECKED]) if CHECKED in controllers else None
         for which in range(len(r.sessions)):  # settle at the new rate
             r.step(which)

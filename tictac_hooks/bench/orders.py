@@ -108,9 +108,10 @@ def traced_oracle(graphs: dict, compute: dict, late: set, num_ps: int
 
 
 def make_controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, late: set,
-                     rate_bits: float) -> dict:
+                     rate_bits: float, profiled_since: float | None = None) -> dict:
     """One Controller per algorithm (the TicTacHook code path), schedule computed,
-    then lifted again until its block."""
+    then lifted again until its block; each reads the PSes' records of the steps run
+    since ``profiled_since`` (the profiled steps, run before the controllers exist)."""
     from tictac_hooks.run.config import RunConfig
     from tictac_hooks.run.controller import Controller
     from tictac_hooks.run.settings import Settings
@@ -128,7 +129,7 @@ def make_controllers(cfg: dict, names: list[str], graphs: dict, compute: dict, l
             settings, cfg["ps_addresses"], bandwidth=rate_bits / 8.0,
             training=cfg["mode"] == "training", pace=not name.endswith(NOPACE),
             align=name.endswith(ALIGNED) if name.endswith((ALIGNED, FIFO)) else None))
-        controller.connect()
+        controller.connect(records_since=profiled_since)
         controller.switch(graphs, compute_times=compute, late=late)
         controller.suspend()
         out[name] = controller

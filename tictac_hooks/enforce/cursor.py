@@ -110,12 +110,21 @@ class RecordCursor:
         with self._gates.using(address) as client:  # a failure: reconnect next read
             return client.stats(include_active, since=since)
 
-    def start(self) -> None:
-        """Skips every record finished before now (an earlier run's)."""
+    def start(self, after: float | None = None) -> None:
+        """Skips every record finished before now (an earlier run's); with ``after`` (a
+        wall time), only those of steps that started before it: a reader made after
+        steps it must see (the bench's, made after its profiled steps; any made more
+        than a finish bound after them) still reads them, as far as the gate's history
+        holds them."""
         with self._lock:
             for address in self.addresses:
-                reply = self._stats(address, False, TAIL)
-                self._since[address] = reply.last_seq
+                if after is None:
+                    reply = self._stats(address, False, TAIL)
+                    self._since[address] = reply.last_seq
+                else:
+                    reply = self._stats(address, False, 0)
+                    mine = [s.seq for s in reply.steps if s.seq and s.start >= after]
+                    self._since[address] = min(mine) - 1 if mine else reply.last_seq
                 self.instance[address] = reply.instance
 
     def read(self, include_active: bool = False) -> CursorRead:

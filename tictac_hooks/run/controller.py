@@ -167,10 +167,12 @@ class Controller(Switching):
         self._save_order()
 
     # --- connection --------------------------------------------------------------------
-    def connect(self, restorable: bool = False) -> None:
+    def connect(self, restorable: bool = False, records_since: float | None = None) -> None:
         """Checks every PS has a TicTac gate; clears old schedules (profiling phase).
         ``restorable``: an order saved by an earlier run of the job may be restored at
-        the first step (the line says so, rather than promise profiling)."""
+        the first step (the line says so, rather than promise profiling).
+        ``records_since``: the wall time this run's steps began, where they began
+        before this call (the bench profiles first): their records are read too."""
         from tictac_hooks.enforce.client import RendezvousError
         for i, address in enumerate(self.ps_addresses):
             try:
@@ -191,7 +193,7 @@ class Controller(Switching):
         settings_mod.check_backends(self.settings, self.backends)
         from tictac_hooks.enforce.cursor import RecordCursor
         self.cursor = RecordCursor(self.ps_addresses, clients=self.gates)
-        self.cursor.start()
+        self.cursor.start(after=records_since)
         if self.settings.log_dir and self._timeline is None:
             self._timeline = reading.TransferTimeline(self.settings.log_dir)
         if self.installs:
