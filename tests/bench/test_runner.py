@@ -66,7 +66,7 @@ def test_emulated_settings_are_checked_and_the_byte_scale_picked():
     assert config.label == "resnet50/training/W32/P8/gpu100ms"
     with pytest.raises(ValueError, match="workers must be in 1..8"):
         BenchConfig(model="resnet50", workers=32).validate()
-    for bad, word in ((dict(model="vgg16"), "replays a profile"),
+    for bad, word in ((dict(model="inceptionv3"), "replays a profile"),
                       (dict(compute_ms=0.0), "--compute-ms"),
                       (dict(byte_scale=1.5), "--byte-scale"), (dict(max_ops=0), "--max-ops"),
                       (dict(workers=33), "--workers")):
