@@ -75,11 +75,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{CHECKED} (TicTac's default: TIC and TAC "
                         "checked against TensorFlow's order in block pairs, the faster kept "
                         "or the schedule cleared; the blocks measure what was kept)")
+    from tictac_hooks.flags import DEFAULTS
     p.add_argument("--check-rounds", type=int, default=None,
                    help="schedule 'checked' (TicTac's order check, then what it kept): "
-                        "rounds of block pairs per candidate (default 3, as --tictac_check_rounds)")
+                        "at most this many rounds of block pairs per candidate (default "
+                        f"{DEFAULTS['check_rounds']}, as --tictac_check_rounds)")
     p.add_argument("--check-block-steps", type=int, default=None,
-                   help="schedule 'checked': steps per check block (default 20)")
+                   help="schedule 'checked': steps per check block (default "
+                        f"{DEFAULTS['check_block_steps']}, as --tictac_check_block_steps)")
     p.add_argument("--conserve-after", dest="conserve_after_s", type=float, default=None,
                    metavar="S", help="schedules '<order>-wc': the native gate hands a ready "
                    "transfer out of turn once the link has idled S seconds (default 0.002)")
