@@ -6,6 +6,7 @@ included, is held to this contract by one scenario (tests/enforce/test_client_co
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tictac_hooks.enforce.gate import DEFAULT_SKIP_AFTER_S, InstallResult
@@ -16,7 +17,8 @@ BACKENDS = ("native", "proxy")
 
 # The skip bound's one default (defined beside the gate; re-exported here).
 __all__ = ["BACKENDS", "DEFAULT_SKIP_AFTER_S", "INSTALL_SETTINGS", "MAX_INSTALL_BYTES",
-           "GateClient", "GateError", "UnhonouredSetting", "check_install_size"]
+           "GateClient", "GateError", "UnhonouredSetting", "check_install_size",
+           "check_schedule_size"]
 
 # The settings an install takes beside the schedule (GateClient.install's keywords); a
 # backend that cannot honour one says why in its client's ``unhonoured``.
@@ -38,6 +40,12 @@ def check_install_size(schedule: Schedule, nbytes: int, address: str) -> None:
             f"encode to {nbytes / (1 << 20):.1f} MiB, over the limit of "
             f"{MAX_INSTALL_BYTES >> 20} MiB per install; schedule fewer transfers (only "
             "those the PS serves) or use shorter names")
+
+
+def check_schedule_size(schedule: Schedule, address: str) -> None:
+    """:func:`check_install_size` for a schedule sent as its JSON (the in-process
+    client's install, and install_plan's check before any PS is touched)."""
+    check_install_size(schedule, len(json.dumps(schedule.to_json()).encode()), address)
 
 
 class GateError(ConnectionError):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import grpc
 
 from tictac_hooks.enforce.api import (BACKENDS, GateClient, GateError, UnhonouredSetting,
-                                      check_install_size)
+                                      check_install_size, check_schedule_size)
 from tictac_hooks.enforce.gate import InstallResult
 from tictac_hooks.enforce.proxy import CONTROL_PREFIX
 from tictac_hooks.graph.schedule import Schedule, ScheduleError
@@ -196,8 +196,7 @@ def install_plan(plan: Mapping[str, Schedule], timeout_s: float = 10.0,
                     served[address] = set(client.served_names())
             except GateError as e:
                 raise InstallError(f"{e}; nothing was installed on any PS") from None
-            check_install_size(schedule, len(json.dumps(schedule.to_json()).encode()),
-                               address)
+            check_schedule_size(schedule, address)
             try:
                 client.refuse_unhonoured(skip_after_s=skip_after_s,
                                          window_bytes=window_bytes, pace_rate=pace_rate,

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import threading
 from typing import Any, Iterator
 
 from tictac_hooks import checks
-from tictac_hooks.enforce.api import GateClient, GateError, check_install_size
+from tictac_hooks.enforce.api import GateClient, GateError, check_schedule_size
 from tictac_hooks.enforce.gate import Gate, InstallResult
 from tictac_hooks.records import GateStats
 from tictac_hooks.graph.schedule import Schedule
@@ -119,9 +118,7 @@ class InProcessClient(GateClient):
                 window_bytes: int | None = None,
                 pace_rate: float | None = None, align: bool | None = None) -> InstallResult:
         self.refuse_unhonoured(pace_rate=pace_rate, align=align)
-        # the same limit as over the network (api.MAX_INSTALL_BYTES), on the same body
-        check_install_size(schedule, len(json.dumps(schedule.to_json()).encode()),
-                           self.address)
+        check_schedule_size(schedule, self.address)  # the same limit as over the network
         self._count("install")
         with self._held():
             return self.gate.install(schedule, skip_after_s, window_bytes)

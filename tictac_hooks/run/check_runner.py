@@ -212,14 +212,13 @@ class CheckRunner:
             plan = self.plan = dataclasses.replace(plan, block_steps=block)
         else:
             why = "as set"
-        per_check = 2 * rule.max_rounds * rule.candidates * plan.block_steps
         self.block_choice = {
             "block_steps": plan.block_steps, "auto": auto, "why": why,
             "step_spread": spread,
             "power_plus10": (None if spread is None else sequential.power(
                 sequential.POWER_GAIN,
                 sequential.round_sd(spread, plan.block_steps), rule)),
-            "longest_check_share": (per_check / self.recheck_every
+            "longest_check_share": (plan.total_steps / plan.workers / self.recheck_every
                                     if self.recheck_every else None)}
         return plan
 
@@ -251,10 +250,10 @@ class CheckRunner:
                 log.debug("TicTac: clearing after a failed switch", exc_info=True)
 
     def recorded(self, records: Sequence[WorkerStep]) -> None:
-        """Records read while a check runs: what it decides on (the last 50,000); the
-        profiled steps' times (each worker's last _KEEP_PROFILED_TIMES) for the block
-        length."""
-        for r in records:
+        """Records read while a check runs: what it decides on (the last 50,000); until
+        the first check starts, the profiled steps' times (each worker's last
+        _KEEP_PROFILED_TIMES) for the block length."""
+        for r in records if self.block_choice is None else ():  # until the first check
             if r.phase == PROFILING and r.step_time and not r.paused_s and r.step > 0:
                 self._profiled_times.setdefault(
                     r.worker, collections.deque(maxlen=_KEEP_PROFILED_TIMES)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from typing import Mapping, Sequence
 
 ALPHA = 0.01      # keep: one-sided 99 % lower bound above 0
@@ -230,16 +231,11 @@ def log_spread(step_times: Mapping[str, Sequence[float]]) -> float | None:
     None with fewer than 5 steps in all."""
     deviations: list[float] = []
     for times in step_times.values():
-        logs = sorted(math.log(t) for t in times if t > 0)
+        logs = [math.log(t) for t in times if t > 0]
         if not logs:
             continue
-        mid = _median(logs)
+        mid = statistics.median(logs)
         deviations += [abs(v - mid) for v in logs]
     if len(deviations) < 5:
         return None
-    return 1.4826 * _median(sorted(deviations))
-
-
-def _median(ordered: Sequence[float]) -> float:
-    n = len(ordered)
-    return ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return 1.4826 * statistics.median(deviations)
