@@ -101,3 +101,36 @@ def test_steps_in_one_turn_counts_the_steps_whose_workers_share_a_turn():
     records = [rec(1, 0, 5), rec(1, 1, 5), rec(2, 0, 6), rec(2, 1, 7), rec(3, 0, 8),
                rec(1, 0, 2, ps="ps1"), rec(1, 1, 2, ps="ps1"), rec(4, 0, -1), rec(4, 1, -1)]
     assert steps_in_one_turn(records) == (2, 3)  # step 3: one worker; step 4: no turns
+
+
+def test_a_step_that_waits_for_something_lost_ends_with_a_clear_error(monkeypatch):
+    """A real TensorFlow session whose step waits forever (a dequeue from a queue no one
+    fills, as a step waits for a lost transfer): the bench's step gives up after
+    STEP_TIMEOUT_S with StepHung instead of hanging the run; a step that finishes is
+    timed as before."""
+    import time
+
+    import tensorflow as tf
+
+    from tictac_hooks.bench import client
+    monkeypatch.setattr(client, "STEP_TIMEOUT_S", 1)
+    graph = tf.Graph()
+    with graph.as_default():
+        queue = tf.queue.FIFOQueue(1, tf.float32)
+        stamp = tf.timestamp()
+        lost = [queue.dequeue(), stamp]
+        done = [tf.constant(1.0), stamp]
+    runner = object.__new__(client.Runner)
+    runner.tf = tf
+
+    @dataclasses.dataclass
+    class Towers:
+        fetches: list
+        num_timestamps: int = 1
+    with tf.compat.v1.Session(graph=graph) as session:
+        step = runner._run(Towers(done), session)
+        assert 0 <= step.step_time < 5 and len(step.finishes) == 1
+        t0 = time.monotonic()
+        with pytest.raises(client.StepHung, match=r"did not finish within 1 s"):
+            runner._run(Towers(lost), session)
+        assert time.monotonic() - t0 < 30

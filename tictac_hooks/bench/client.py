@@ -39,6 +39,14 @@ def _ask(event: dict) -> str:
     print(json.dumps(event), flush=True)
     return sys.stdin.readline().strip()
 
+# A step of any run of this bench takes seconds (the longest, VGG-16 16 x 4 emulated,
+# about 5 s): one that has not finished in this long waits for something lost.
+STEP_TIMEOUT_S = 120
+
+
+class StepHung(RuntimeError):
+    """A step did not finish within STEP_TIMEOUT_S."""
+
 
 class Runner:
     def __init__(self, cfg: dict) -> None:
@@ -88,8 +96,17 @@ class Runner:
         return self._run(self.work.compute, self.sessions[0])
 
     def _run(self, tower_set: Any, session: Any, **kwargs: Any) -> ClientStep:
+        tf = self.tf
+        if "options" not in kwargs:
+            kwargs["options"] = tf.compat.v1.RunOptions(timeout_in_ms=STEP_TIMEOUT_S * 1000)
         t0 = time.time()
-        out = session.run(tower_set.fetches, **kwargs)
+        try:
+            out = session.run(tower_set.fetches, **kwargs)
+        except tf.errors.DeadlineExceededError as e:
+            raise StepHung(f"a step did not finish within {STEP_TIMEOUT_S} s: a transfer or "
+                           "a worker is lost (no run of this bench takes a tenth of "
+                           f"that); the run stops here rather than hang ({e.message[:300]})"
+                           ) from None
         t1 = time.time()
         stamps = out[-tower_set.num_timestamps:]
         return ClientStep("", t1 - t0, tuple(float(s) - t0 for s in stamps))
@@ -102,7 +119,8 @@ class Runner:
         for _ in range(self.cfg["profile_steps"]):
             md = tf.compat.v1.RunMetadata()
             opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
-                                           output_partition_graphs=True)
+                                           output_partition_graphs=True,
+                                           timeout_in_ms=STEP_TIMEOUT_S * 1000)
             self.sessions[0].run(self.work.sets[0].fetches, options=opts, run_metadata=md)
             traced.append(md)
         workers = [f"worker:{w}" for w in self.cfg["interposed_tasks"]]
