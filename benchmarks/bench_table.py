@@ -1,5 +1,5 @@
 """One table row per `tictac bench` result: each schedule's throughput over TensorFlow's
-order and its straggler share, with the gate's totals and (--emulate-gpu) the emulated
+order and its straggler share (and the spread of step times, p95/p50), with the gate's totals and (--emulate-gpu) the emulated
 compute and the CPU guard's verdict. The tables of RESULTS.md's straggler and GPU-speed
 sections are printed by it.
 
@@ -17,6 +17,12 @@ from tictac_hooks.bench.cpu_guard import CpuUse  # noqa: E402
 from tictac_hooks.records.files import load_json  # noqa: E402
 
 
+def _spread(m: dict) -> str:
+    """p95 / median of the schedule's step times (issue 53's straggler spread)."""
+    p95, median = m.get("step_time_p95"), m.get("step_time_median")
+    return f"{p95 / median:.2f}" if p95 and median else "-"
+
+
 def rows(path: str) -> list[str]:
     result = load_json(path)
     config = result["config"]
@@ -25,12 +31,13 @@ def rows(path: str) -> list[str]:
         s = run["schedules"]
         base_name = "none" if "none" in s else "stock"
         base = s[base_name]
-        cells = [f"{base_name} {base['straggler_pct']:.1f} %"]
+        cells = [f"{base_name} {base['straggler_pct']:.1f} %, p95/p50 {_spread(base)}"]
         for name, m in s.items():
             if name == base_name:
                 continue
             gain = 100 * (m["throughput"] / base["throughput"] - 1)
-            cells.append(f"{name} {gain:+.1f} % ({m['straggler_pct']:.1f} %)")
+            cells.append(f"{name} {gain:+.1f} % ({m['straggler_pct']:.1f} %, "
+                         f"p95/p50 {_spread(m)})")
         totals = run.get("gate_totals") or {}
         returned = sum(t.get("returned", 0) for t in totals.values())
         levelled = sum(t.get("rejoined", 0) for t in totals.values())
@@ -53,7 +60,7 @@ def rows(path: str) -> list[str]:
 
 def main(paths: list[str]) -> int:
     print("| run | commit | link | comm/comp | TensorFlow's straggler share; each order's "
-          "throughput over it (its straggler share) | gate, compute |")
+          "throughput over it (its straggler share, p95/p50 step) | gate, compute |")
     print("|---|---|---|---|---|---|")
     for path in sorted(paths):
         if path.endswith((".json", ".json.gz")) and os.path.getsize(path):

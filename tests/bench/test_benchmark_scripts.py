@@ -40,6 +40,26 @@ def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launc
     assert mod.process_cpu_s(os.getpid()) > t0 > 0
 
 
+def test_bench_table_gives_each_order_its_gain_straggler_share_and_step_spread():
+    import importlib.util
+    path = os.path.join(ROOT, "benchmarks", "bench_table.py")
+    spec = importlib.util.spec_from_file_location("bench_table", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    from tictac_hooks.records.files import load_json
+    result = os.path.join(ROOT, "benchmarks", "results", "gpu-speed",
+                          "vgg16-training-w8-p2-222ms-10gbit-run1.json.gz")
+    s = load_json(result)["runs"][0]["schedules"]
+    (row,) = mod.rows(result)
+    for name in ("stock", "tic", "tac"):
+        spread = s[name]["step_time_p95"] / s[name]["step_time_median"]
+        assert f"p95/p50 {spread:.2f}" in row
+    gain = 100 * (s["tic"]["throughput"] / s["stock"]["throughput"] - 1)
+    assert f"tic {gain:+.1f} % ({s['tic']['straggler_pct']:.1f} %, p95/p50" in row
+    assert "CPU-bound" not in row and "compute 222.8 of 222 ms" in row
+    assert mod._spread({"step_time_p95": None, "step_time_median": 1.0}) == "-"
+
+
 @pytest.mark.slow
 def test_the_comm_heavy_model_holds_its_bytes_on_the_ps():
     from tictac_hooks.bench.workloads import comm_heavy
