@@ -1,6 +1,6 @@
 """One table row per `tictac bench` result: each schedule's throughput over TensorFlow's
-order and its straggler share (and the spread of step times, p95/p50), with the gate's totals and (--emulate-gpu) the emulated
-compute and the CPU guard's verdict. The tables of RESULTS.md's straggler and GPU-speed
+order, its straggler share and the spread of its step times (p95/p50), with the gate's
+totals and (--emulate-gpu) the emulated compute and the CPU guard's verdict. The tables of RESULTS.md's straggler and GPU-speed
 sections are printed by it.
 
     python3 benchmarks/bench_table.py benchmarks/results/rejoin/*.json.gz

@@ -134,3 +134,9 @@ def test_a_step_that_waits_for_something_lost_ends_with_a_clear_error(monkeypatc
         with pytest.raises(client.StepHung, match=r"did not finish within 1 s"):
             runner._run(Towers(lost), session)
         assert time.monotonic() - t0 < 30
+        # a traced step (the profile's) is bounded the same way, and still traced
+        trace = tf.compat.v1.RunMetadata()
+        runner._session_run(session, done, trace=trace)
+        assert trace.step_stats.dev_stats and trace.partition_graphs
+        with pytest.raises(client.StepHung):
+            runner._session_run(session, lost, trace=tf.compat.v1.RunMetadata())

@@ -74,8 +74,8 @@ class Runner:
         for session in self.sessions:  # a native PS's direct twin holds its own copy
             session.run(self.work.init)
 
-    def step(self, which: int, **kwargs: Any) -> ClientStep | None:
-        return self._run(self.work.sets[which], self.sessions[which], **kwargs)
+    def step(self, which: int) -> ClientStep | None:
+        return self._run(self.work.sets[which], self.sessions[which])
 
     def compute_spans(self, steps: int = 5) -> list[float]:
         """--emulate-gpu: per step, the median over the workers of each one's compute,
@@ -85,7 +85,7 @@ class Runner:
         n = tower_set.num_timestamps
         out = []
         for _ in range(steps):
-            values = self.sessions[0].run(tower_set.fetches)
+            values = self._session_run(self.sessions[0], tower_set.fetches)
             spans = [float(e) - float(s) for s, e in zip(values[-2 * n:-n], values[-n:])]
             out.append(median(spans))
         return out
@@ -95,18 +95,25 @@ class Runner:
         copies of the model, no transfer (workloads.build's ``compute_workers``)."""
         return self._run(self.work.compute, self.sessions[0])
 
-    def _run(self, tower_set: Any, session: Any, **kwargs: Any) -> ClientStep:
+    def _session_run(self, session: Any, fetches: Any, trace: Any = None) -> Any:
+        """One step, ended after STEP_TIMEOUT_S with StepHung (``trace``: a RunMetadata
+        to fill with a full trace and the partition graphs)."""
         tf = self.tf
-        if "options" not in kwargs:
-            kwargs["options"] = tf.compat.v1.RunOptions(timeout_in_ms=STEP_TIMEOUT_S * 1000)
-        t0 = time.time()
+        options = tf.compat.v1.RunOptions(timeout_in_ms=STEP_TIMEOUT_S * 1000)
+        if trace is not None:
+            options.trace_level = tf.compat.v1.RunOptions.FULL_TRACE
+            options.output_partition_graphs = True
         try:
-            out = session.run(tower_set.fetches, **kwargs)
+            return session.run(fetches, options=options, run_metadata=trace)
         except tf.errors.DeadlineExceededError as e:
             raise StepHung(f"a step did not finish within {STEP_TIMEOUT_S} s: a transfer or "
                            "a worker is lost (no run of this bench takes a tenth of "
                            f"that); the run stops here rather than hang ({e.message[:300]})"
                            ) from None
+
+    def _run(self, tower_set: Any, session: Any) -> ClientStep:
+        t0 = time.time()
+        out = self._session_run(session, tower_set.fetches)
         t1 = time.time()
         stamps = out[-tower_set.num_timestamps:]
         return ClientStep("", t1 - t0, tuple(float(s) - t0 for s in stamps))
@@ -118,10 +125,7 @@ class Runner:
         traced = []
         for _ in range(self.cfg["profile_steps"]):
             md = tf.compat.v1.RunMetadata()
-            opts = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE,
-                                           output_partition_graphs=True,
-                                           timeout_in_ms=STEP_TIMEOUT_S * 1000)
-            self.sessions[0].run(self.work.sets[0].fetches, options=opts, run_metadata=md)
+            self._session_run(self.sessions[0], self.work.sets[0].fetches, trace=md)
             traced.append(md)
         workers = [f"worker:{w}" for w in self.cfg["interposed_tasks"]]
         graphs, compute, late = traced_worker_graphs(
