@@ -476,5 +476,8 @@ def test_parameters_group_the_shards_of_a_variable():
                                      shape=types.SimpleNamespace(num_elements=lambda: n))
     got = fit_mode.parameters([var("m/emb/part_0:0", 6), var("m/emb/part_1:0", 4),
                                var("m/dense/kernel:0", 3)])
-    assert got == [{"name": "m/emb", "bytes": 40, "shards": 2},
-                   {"name": "m/dense/kernel", "bytes": 12, "shards": 1}]
+    assert got == [{"name": "m/emb", "bytes": 40, "shards": 2, "ps": []},
+                   {"name": "m/dense/kernel", "bytes": 12, "shards": 1, "ps": []}]
+    placed = var("m/w:0", 2)
+    placed.device = "/job:ps/replica:0/task:3/device:CPU:0"
+    assert fit_mode.parameters([placed])[0]["ps"] == [3]

@@ -167,7 +167,7 @@ def _analyze_ps_workload(applications):  # type: ignore[no-untyped-def]
 def _bench(args: argparse.Namespace) -> int:
     if args.frontend == "fit":
         from tictac_hooks.bench.fit_mode import main_from_args
-        args.model = args.model or "dlrm"
+        args.model = args.model or ("resnet50" if args.emulate_gpu else "dlrm")
         return main_from_args(args)
     from tictac_hooks.bench.user_model import refuse_in_graph_mode
     args.model = args.model or "resnet50"

@@ -26,6 +26,7 @@ straggler statistics of the compat.v1 bench do not apply.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -42,6 +43,12 @@ from tictac_hooks.bench.fit_report import (BASELINES, ORDERS, STRAGGLERS, TF_AGA
 
 DEFAULT_RATE = "1gbit"
 STEPS_PER_EPOCH = 500
+# --emulate-gpu without --byte-scale: every worker's pulls and pushes of one step at
+# most 64 MiB together, half the compat.v1 bench's budget (runner.py), since fit's
+# workers step on their own rather than in lockstep. Measured here (ResNet-50, 4 x 2,
+# 164 ms, 10 Gbit/s): at 128 MiB a step both cores were 88 % busy over the check (each
+# PS 54-58 % of a core), over the guard; at 64 MiB (x 0.08) they stayed under it.
+FIT_BYTES_PER_STEP = 64 * 2**20
 
 
 @dataclasses.dataclass
@@ -64,6 +71,16 @@ class FitConfig:
     min_shard_bytes: int = 256 << 10  # 0: no partitioner
     timeout_s: float = 1800.0
     max_steps: int = 1_000_000      # fit's bound; the check's end stops it first
+    # --emulate-gpu (bench/replay_fit.py): ``model`` is a profile replayed with its
+    # compute as delay ops summing to compute_ms per step; bytes and links x byte_scale
+    # (None: picked as the compat.v1 bench picks it, runner.emulated_byte_scale)
+    compute_ms: float | None = None
+    byte_scale: float | None = None
+    max_ops: int = 16
+
+    @property
+    def emulated(self) -> bool:
+        return self.compute_ms is not None
 
     def validate(self) -> None:
         from tictac_hooks.flags import MIN_CHECK_BLOCK_STEPS
@@ -83,12 +100,95 @@ class FitConfig:
                              f"got {','.join(self.orders)}")
         if self.batch is not None and self.batch < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch}")
+        if self.emulated:
+            if not self.compute_ms > 0:
+                raise ValueError(f"--compute-ms must be > 0, got {self.compute_ms}")
+            if self.byte_scale is not None and not 0 < self.byte_scale <= 1:
+                raise ValueError(f"--byte-scale must be in (0, 1], got {self.byte_scale}")
+            if not 1 <= self.max_ops <= 1000:
+                raise ValueError(f"--max-ops must be in 1..1000, got {self.max_ops}")
+            if self.min_shard_bytes:
+                raise ValueError("--emulate-gpu replays the profile's own shards: leave "
+                                 "out --min-shard-bytes (the strategy runs with no "
+                                 "partitioner)")
         from tictac_hooks.cluster.netns import rate_bits
         rate_bits(self.rate)
 
     def batch_size(self) -> int:
         from tictac_hooks.bench.models import DEFAULT_BATCH as BUILTIN_BATCH
         return self.batch or BUILTIN_BATCH.get(self.model, user_model.DEFAULT_BATCH)
+
+
+# --- --emulate-gpu: the replay fit trains ------------------------------------------------
+
+def emulation(config: FitConfig) -> dict[str, Any]:
+    """What the coordinator replays (its ``cfg["emulate"]``): the profile, compute,
+    delay ops and the byte scale (--byte-scale, or picked as the compat.v1 bench picks
+    it), with the replay described in one line."""
+    from tictac_hooks.bench.runner import emulated_byte_scale
+    whole = _replay(config.model, config.ps, config.compute_ms, config.max_ops, 1.0)
+    scale = emulated_byte_scale(config, whole.pull_bytes, whole.push_bytes,
+                                per_step=FIT_BYTES_PER_STEP)
+    return {"model": config.model, "compute_ms": config.compute_ms, "byte_scale": scale,
+            "max_ops": config.max_ops, "picked": config.byte_scale is None,
+            "describe": _replay(config.model, config.ps, config.compute_ms, config.max_ops,
+                                scale).describe()}
+
+
+def _replay(model: str, ps: int, compute_ms: float, max_ops: int, byte_scale: float) -> Any:
+    from tictac_hooks.bench import replay
+    from tictac_hooks.bench.runner import replay_profile
+    return replay.plan(replay_profile(model), ps, compute_ms, training=True,
+                       byte_scale=byte_scale, max_ops=max_ops, merge_reads=True)
+
+
+def _emulated_source(cfg: Mapping[str, Any]) -> tuple[user_model.ModelSource, Any]:
+    from tictac_hooks.bench import replay_fit
+    e = cfg["emulate"]
+    plan = _replay(e["model"], cfg["ps"], e["compute_ms"], e["max_ops"], e["byte_scale"])
+    return user_model.ModelSource(e["model"], f"{e['model']} (emulated)",
+                                  replay_fit.builder(plan), None, "replayed"), plan
+
+
+def compute_reference(tf: Any, coordinator: Any, plan: Any, calls: int) -> list[float]:
+    """Seconds of each of ``calls`` runs of the replay's delays alone (no read, no
+    push), scheduled on the workers as fit's steps are: the emulated compute a worker
+    delivers under this machine's load."""
+    from tictac_hooks.bench import emulate
+
+    @tf.function
+    def compute_only() -> Any:
+        start = tf.timestamp()
+        act = tf.cast(start, tf.float32)
+        for seg in plan.segments:
+            act = emulate.delay([act], seg.ms)[0]
+        with tf.control_dependencies([act]):
+            # (act returned too: a delay whose output only a control input needs is
+            # pruned from the function)
+            return tf.timestamp() - start, act
+    spans = [coordinator.schedule(compute_only) for _ in range(calls)]
+    coordinator.join()
+    return [float(s.fetch()[0]) for s in spans]
+
+
+def emulated_line(e: Mapping[str, Any], workers: int, spans: Sequence[float],
+                  cpu: Any) -> dict[str, Any]:
+    """The emulated compute measured (median of ``spans``) against the requested, the
+    workers' CPU over the check (a :class:`~tictac_hooks.bench.cpu_guard.CpuUse`) and
+    the guard's verdict: printed, and returned for the result."""
+    import statistics
+    measured = statistics.median(spans) * 1e3
+    tasks = list(range(workers))
+    shares = cpu.worker_shares(tasks)
+    share = 100 * sum(shares) / len(shares)
+    print(f"emulated compute: {measured:.1f} ms of {e['compute_ms']:g} ms requested "
+          f"({workers} workers, CPU {share:.0f} % of a core per worker)", flush=True)
+    why = cpu.reasons(tasks)
+    if why:
+        print(f"CPU-bound: {'; '.join(why)}: these figures measure this machine's cores, "
+              "not the network; leave them out of a gain table", flush=True)
+    return {"compute_ms_measured": measured, "worker_cpu_share": share / 100,
+            "cpu_bound": why, "cpu": cpu.to_json()}
 
 
 # --- the parent: cluster, coordinator, result ---------------------------------------------
@@ -100,14 +200,25 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
     from tictac_hooks.cluster.launcher import ClusterError, LocalCluster
     config.validate()
     say = progress or (lambda m: print(m, file=sys.stderr, flush=True))
-    source = user_model.resolve(config.model)  # a bad file or function: before any cluster
+    emulate = None
+    if config.emulated:  # a bad profile: before any cluster
+        emulate = emulation(config)
+        label = f"{config.model} (emulated)"
+        say(f"[bench fit] emulated GPU workers: {emulate['describe']}; links "
+            f"{config.rate} x {emulate['byte_scale']:.3g} (the byte scale)")
+    else:  # a bad file or function: before any cluster
+        label = user_model.resolve(config.model).label
     if config.loopback:
         shaped, why = False, "--loopback given"
     else:
         shaped, why = netns.available()
     network: dict[str, Any] = {"shaped": shaped}
+    link_bits = netns.rate_bits(config.rate)
+    if emulate:  # the cluster's link, scaled with the bytes
+        link_bits = max(8000, round(link_bits * emulate["byte_scale"], -5))
     if shaped:
         network["rate"] = config.rate
+        network["shaped_bits"] = link_bits
     else:
         network["reason"] = why
         say("=" * 78 + f"\nWARNING: NO SHAPED NETWORK ({why}).\nFalling back to LOOPBACK: "
@@ -115,7 +226,7 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
             "communication-bound setting. Run as root with iproute2 (tc).\n" + "=" * 78)
     started = time.time()
     kwargs = dict(num_ps=config.ps, num_workers=config.workers, rendezvous=True, chief=True,
-                  env={"TF_USE_LEGACY_KERAS": "1"})
+                  env={"TF_USE_LEGACY_KERAS": "1"}, workers_load_native=config.emulated)
     ps_usage: dict[str, Any] = {}
     worker_usage: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tictac-fitbench-") as tmp:
@@ -127,16 +238,16 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
                "verify_rounds": config.verify_rounds,
                "profile_steps": config.profile_steps, "ps": config.ps,
                "min_shard_bytes": config.min_shard_bytes, "max_steps": config.max_steps,
-               "link_bytes_per_s": netns.rate_bits(config.rate) // 8 if shaped else None,
-               "out": os.path.join(tmp, "result.json")}
+               "link_bytes_per_s": link_bits // 8 if shaped else None,
+               "emulate": emulate, "out": os.path.join(tmp, "result.json")}
         try:
             if shaped:
                 netns.cleanup_stale()
                 hosts = netns.cluster_hosts(config.ps, config.workers, chief=True, clients=())
-                with netns.ShapedNetwork(hosts, rate=config.rate) as net, \
+                with netns.ShapedNetwork(hosts, rate=link_bits) as net, \
                         LocalCluster(network=net, **kwargs) as cluster:
                     say(f"[bench fit] shaped network: {len(hosts)} namespaces, links at "
-                        f"{config.rate}")
+                        f"{link_bits / 1e6:g} Mbit/s")
                     code = _coordinate(cluster, cfg, tmp, "chief", config.timeout_s,
                                        ps_usage, worker_usage)
             else:
@@ -160,7 +271,7 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
         "benchmark": "fit",
         **provenance(argv),  # commit, dirty, command
         "config": {**dataclasses.asdict(config), "orders": list(config.orders),
-                   "batch": config.batch_size(), "model_label": source.label},
+                   "batch": config.batch_size(), "model_label": label},
         "network": network,
         "stragglers": STRAGGLERS,
         "ratio": "median(TensorFlow's order) / median(this order) in each block pair of "
@@ -182,9 +293,13 @@ def _coordinate(cluster: Any, cfg: dict, tmp: str, host: str | None,
     step costs the whole cluster's CPU: `tictac whatif --cpus`)."""
     import resource
     from tictac_hooks.cluster.usage import group_usage
-    cfg = dict(cfg, cluster_spec=cluster.spec)
     ps = [cluster.task("ps", i) for i in range(cfg["ps"])]
     workers = [t for t in cluster.tasks if t.job == "worker"]
+    groups = {}
+    for t in ps + workers:  # for the CPU guard (bench/cpu_guard.py)
+        with contextlib.suppress(OSError):
+            groups[f"{t.job}{t.index}"] = os.getpgid(t.process.pid)
+    cfg = dict(cfg, cluster_spec=cluster.spec, task_groups=groups)
     before = [group_usage(t.process.pid) for t in ps + workers]
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     path = os.path.join(tmp, "config.json")
@@ -214,6 +329,7 @@ def _coordinate(cluster: Any, cfg: dict, tmp: str, host: str | None,
 
 def _tictac_class() -> type:
     from tictac_hooks.callbacks.keras_callback import TicTac
+    from tictac_hooks.run.phases import CHECKING
 
     class BenchTicTac(TicTac):
         """TicTac with the baselines as more order-check candidates. Once the check
@@ -224,11 +340,19 @@ def _tictac_class() -> type:
         the decision, or when the switch failed)."""
 
         def __init__(self, extra: Mapping[str, str], verify_rounds: int = 0,
-                     **kwargs: Any) -> None:
+                     meter: Any = None, **kwargs: Any) -> None:
             super().__init__(**kwargs)
             self.extra = dict(extra)
             self.verify_rounds = verify_rounds
             self.verifying = False
+            self.meter = meter      # a CpuMeter over the check's blocks (--emulate-gpu)
+            self.metering = False
+            self.cpu = None         # what it measured
+
+        def _stop(self) -> None:
+            self.model.stop_training = True
+            if self.metering:
+                self.cpu, self.metering = self.meter.stop(), False
 
         def _begin(self, mode: str) -> None:
             super()._begin(mode)
@@ -240,17 +364,21 @@ def _tictac_class() -> type:
             c = self.controller
             if c is None:
                 return
+            if self.meter is not None and not self.metering and self.cpu is None \
+                    and c.phases.now == CHECKING:
+                self.meter.start()
+                self.metering = True
             if c.not_ordered_reason:
-                self.model.stop_training = True
+                self._stop()
             elif len(c.check_results) == 1 and not self.verifying:
                 kept = product_choice(c.check_results[0])
                 if self.verify_rounds and kept is not None:
                     c.runner.check_again((kept,), self.verify_rounds)
                     self.verifying = True
                 else:
-                    self.model.stop_training = True
+                    self._stop()
             elif len(c.check_results) >= 2:
-                self.model.stop_training = True
+                self._stop()
     return BenchTicTac
 
 
@@ -270,7 +398,13 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
             min_shard_bytes=cfg["min_shard_bytes"], max_shards=cfg["ps"])
     strategy = tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=partitioner)
-    source = user_model.resolve(cfg["model"])
+    plan, meter = None, None
+    if cfg.get("emulate"):
+        source, plan = _emulated_source(cfg)
+        from tictac_hooks.bench.cpu_guard import CpuMeter
+        meter = CpuMeter(cfg["task_groups"])
+    else:
+        source = user_model.resolve(cfg["model"])
     keras.utils.set_random_seed(7)
     with strategy.scope():
         loaded = user_model.load(source, cfg["batch"], keras)
@@ -282,7 +416,7 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
           f"compiled with {loaded.compiled_by}", flush=True)
     verify_rounds = cfg["verify_rounds"]
     tictac = _tictac_class()(
-        cfg["orders"], verify_rounds=verify_rounds, algorithm="tic",
+        cfg["orders"], verify_rounds=verify_rounds, meter=meter, algorithm="tic",
         profile_steps=cfg["profile_steps"],
         check_rounds=cfg["rounds"], check_block_steps=cfg["block_steps"], recheck_every=0,
         bandwidth=cfg["link_bytes_per_s"], measure_compute=True)
@@ -293,6 +427,15 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
     summary = tictac.summary or {}
     if not c.check_results:
         raise RuntimeError(c.not_ordered_reason or "the order check did not finish")
+    emulated = None
+    if plan is not None:
+        from tictac_hooks.patches import keras_internals
+        if tictac.cpu is None:
+            raise RuntimeError("the CPU guard measured no check block")
+        spans = compute_reference(tf, keras_internals.cluster_coordinator(model), plan,
+                                  3 * len(cfg["cluster_spec"]["worker"]))
+        emulated = {**cfg["emulate"], **emulated_line(
+            cfg["emulate"], len(cfg["cluster_spec"]["worker"]), spans, tictac.cpu)}
     first = c.check_results[0]
     verify = c.check_results[1] if len(c.check_results) > 1 else None
     check = first.to_json()
@@ -319,6 +462,7 @@ def coordinate(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "check_steps": check_steps, "check_windows": check_windows,
         "tictac": {k: summary[k] for k in ("coverage", "order", "records", "hook", "tac_off")
                    if k in summary},
+        **({"emulate": emulated} if emulated else {}),
     }
 
 
@@ -326,13 +470,16 @@ def parameters(variables: Sequence[Any]) -> list[dict[str, Any]]:
     """The model's parameters in ``trainable_variables`` order, each with its bytes and
     the shards the partitioner cut it into (ParameterServerStrategy lists the shards
     of a ShardedVariable, ``.../part_<i>:0``, one after the other), named without
-    the ``:0``."""
+    the ``:0``, with the PS task of each shard (where its device names one)."""
     out: dict[str, dict[str, Any]] = {}
     for v in variables:
         name = re.sub(r"(/part_\d+)?(:\d+)?$", "", v.name)
-        entry = out.setdefault(name, {"name": name, "bytes": 0, "shards": 0})
+        entry = out.setdefault(name, {"name": name, "bytes": 0, "shards": 0, "ps": []})
         entry["bytes"] += int(v.shape.num_elements() or 0) * v.dtype.size
         entry["shards"] += 1
+        task = re.search(r"/job:ps/(?:replica:\d+/)?task:(\d+)", getattr(v, "device", ""))
+        if task:
+            entry["ps"].append(int(task.group(1)))
     return list(out.values())
 
 
@@ -361,6 +508,12 @@ def config_from_args(args: Any) -> FitConfig:
         settings["rounds"] = args.check_rounds
     if args.check_block_steps is not None:
         settings["block_steps"] = args.check_block_steps
+    if args.emulate_gpu != (args.compute_ms is not None):
+        raise ValueError("--emulate-gpu and --compute-ms go together: the emulated step's "
+                         "compute is --compute-ms")
+    if args.emulate_gpu:  # the replay's shards are the partitioner's: none in the strategy
+        settings.update(compute_ms=args.compute_ms, byte_scale=args.byte_scale,
+                        max_ops=args.max_ops, min_shard_bytes=0)
     if args.min_shard_bytes is not None:
         settings["min_shard_bytes"] = args.min_shard_bytes
     if getattr(args, "verify_rounds", None) is not None:

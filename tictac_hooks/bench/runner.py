@@ -174,15 +174,15 @@ def replay_profile(model: str) -> Any:
                      f"(`tictac analyze --model M --profile DIR`), got {model!r}")
 
 
-def emulated_byte_scale(config: BenchConfig, pull_bytes: int, push_bytes: int = 0) -> float:
-    """--byte-scale, or the largest scale that keeps the W workers' pulls and pushes
-    per step within EMULATED_BYTES_PER_STEP and one worker's within
-    EMULATED_BYTES_PER_WORKER."""
+def emulated_byte_scale(config: Any, pull_bytes: int, push_bytes: int = 0,
+                        per_step: int = EMULATED_BYTES_PER_STEP) -> float:
+    """--byte-scale (``config.byte_scale``), or the largest scale that keeps the
+    ``config.workers`` workers' pulls and pushes per step within ``per_step`` and one
+    worker's within EMULATED_BYTES_PER_WORKER."""
     if config.byte_scale is not None:
         return config.byte_scale
     own = max(1, pull_bytes + push_bytes)
-    return min(1.0, EMULATED_BYTES_PER_STEP / (own * config.workers),
-               EMULATED_BYTES_PER_WORKER / own)
+    return min(1.0, per_step / (own * config.workers), EMULATED_BYTES_PER_WORKER / own)
 
 
 def parse_rates(specs: Sequence[str]) -> list[dict[str, Any]]:

@@ -134,6 +134,10 @@ def _child(spec_path: str, out_path: str) -> None:
     from tictac_hooks.graph.tf import profiler, replay
     spec = job["spec"]
     graph_def, feeds = replay.replay_graph(spec)
+    if any(n.op.startswith("Tictac") for n in graph_def.node):
+        # the native library's ops (the emulated compute of `tictac bench`)
+        from tictac_hooks.enforce.native.build import load
+        load()
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
