@@ -101,12 +101,8 @@ class FitConfig:
         if self.batch is not None and self.batch < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch}")
         if self.emulated:
-            if not self.compute_ms > 0:
-                raise ValueError(f"--compute-ms must be > 0, got {self.compute_ms}")
-            if self.byte_scale is not None and not 0 < self.byte_scale <= 1:
-                raise ValueError(f"--byte-scale must be in (0, 1], got {self.byte_scale}")
-            if not 1 <= self.max_ops <= 1000:
-                raise ValueError(f"--max-ops must be in 1..1000, got {self.max_ops}")
+            from tictac_hooks.bench.runner import check_emulation
+            check_emulation(self)
             if self.min_shard_bytes:
                 raise ValueError("--emulate-gpu replays the profile's own shards: leave "
                                  "out --min-shard-bytes (the strategy runs with no "

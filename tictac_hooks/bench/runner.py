@@ -101,13 +101,7 @@ class BenchConfig:
 
     def validate(self) -> None:
         if self.emulated:
-            replay_profile(self.model)  # a clear error where there is none
-            if not self.compute_ms > 0:
-                raise ValueError(f"--compute-ms must be > 0, got {self.compute_ms}")
-            if self.byte_scale is not None and not 0 < self.byte_scale <= 1:
-                raise ValueError(f"--byte-scale must be in (0, 1], got {self.byte_scale}")
-            if not 1 <= self.max_ops <= 1000:
-                raise ValueError(f"--max-ops must be in 1..1000, got {self.max_ops}")
+            check_emulation(self)
         else:
             workloads.check_model(self.model)
         if self.mode not in workloads.MODES:
@@ -172,6 +166,18 @@ def replay_profile(model: str) -> Any:
     raise ValueError(f"--emulate-gpu replays a profile: --model is one of "
                      f"{', '.join(profile.builtin_names())} or a profile's path "
                      f"(`tictac analyze --model M --profile DIR`), got {model!r}")
+
+
+def check_emulation(config: Any) -> None:
+    """--emulate-gpu's settings (``config.model``, ``compute_ms``, ``byte_scale``,
+    ``max_ops``; either frontend's config), each error naming its flag."""
+    replay_profile(config.model)  # a clear error where there is none
+    if not config.compute_ms > 0:
+        raise ValueError(f"--compute-ms must be > 0, got {config.compute_ms}")
+    if config.byte_scale is not None and not 0 < config.byte_scale <= 1:
+        raise ValueError(f"--byte-scale must be in (0, 1], got {config.byte_scale}")
+    if not 1 <= config.max_ops <= 1000:
+        raise ValueError(f"--max-ops must be in 1..1000, got {config.max_ops}")
 
 
 def emulated_byte_scale(config: Any, pull_bytes: int, push_bytes: int = 0,
