@@ -1,13 +1,15 @@
 """One table row per `tictac bench` result: each schedule's throughput over TensorFlow's
 order, its straggler share and the spread of its step times (p95/p50), with the gate's
-totals and (--emulate-gpu) the emulated compute and the CPU guard's verdict. The tables of RESULTS.md's straggler and GPU-speed
-sections are printed by it.
+totals and (--emulate-gpu) the emulated compute and the CPU guard's verdict; and one row
+per `tictac bench --frontend fit` result. The tables of RESULTS.md's straggler and
+GPU-speed sections are printed by it.
 
     python3 benchmarks/bench_table.py benchmarks/results/rejoin/*.json.gz
 """
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,13 +60,57 @@ def rows(path: str) -> list[str]:
     return out
 
 
+def fit_row(path: str) -> str:
+    """A `tictac bench --frontend fit` result: TensorFlow's order's step (median over
+    the workers of each one's median), each order's ratio to it (the median over the
+    block pairs of every worker, with the range of the workers' medians), the order
+    check's decision and (--emulate-gpu) the emulated compute and the CPU guard."""
+    result = load_json(path)
+    config, orders = result["config"], result["orders"]
+    tf_steps = [w["median_step_time_s"] for w in orders["default"]["workers"].values()]
+    cells = []
+    for name, o in orders.items():
+        if o.get("same_as"):
+            cells.append(f"{name} the same order as {o['same_as']}")
+        if name == "default" or o.get("same_as") or "ratio_median" not in o:
+            continue
+        per_worker = [w["ratio_median"] for w in o["workers"].values()]
+        cells.append(f"{name} {100 * (o['ratio_median'] - 1):+.1f} % (workers "
+                     f"{100 * (min(per_worker) - 1):+.1f} to {100 * (max(per_worker) - 1):+.1f})")
+    check = result["check"]
+    rounds = len(next(iter(check["values"].values()), [])) if check.get("values") else "?"
+    decision = f"kept {check['kept']} after {rounds} rounds"
+    e = result.get("emulate")
+    extra = ""
+    if e:
+        cpu = CpuUse.from_json(e["cpu"])
+        extra = (f"compute {e['compute_ms_measured']:.1f} of {e['compute_ms']:g} ms, bytes x "
+                 f"{e['byte_scale']:.3g}, cores {max(cpu.core_busy):.0%} busy, worker CPU "
+                 f"{100 * e['worker_cpu_share']:.0f} %" + ("; CPU-bound" if e["cpu_bound"] else ""))
+    median = statistics.median(tf_steps)
+    return (f"| {os.path.basename(path)} | {result['commit'][:7]} | {config['workers']} x "
+            f"{config['ps']}, {config['rate']} | {median * 1e3:.0f} ms | "
+            + "; ".join(cells) + f" | {decision} | {extra} |")
+
+
 def main(paths: list[str]) -> int:
-    print("| run | commit | link | comm/comp | TensorFlow's straggler share; each order's "
-          "throughput over it (its straggler share, p95/p50 step) | gate, compute |")
-    print("|---|---|---|---|---|---|")
-    for path in sorted(paths):
-        if path.endswith((".json", ".json.gz")) and os.path.getsize(path):
+    paths = [p for p in sorted(paths)
+             if p.endswith((".json", ".json.gz")) and os.path.getsize(p)]
+    fit = [p for p in paths if load_json(p).get("benchmark") == "fit"]
+    graph = [p for p in paths if p not in fit]
+    if graph:
+        print("| run | commit | link | comm/comp | TensorFlow's straggler share; each "
+              "order's throughput over it (its straggler share, p95/p50 step) | gate, "
+              "compute |")
+        print("|---|---|---|---|---|---|")
+        for path in graph:
             print("\n".join(rows(path)))
+    if fit:
+        print("| fit run | commit | W x P, link | TF's step | each order's gain over it: "
+              "median of block pairs (workers' medians) | the check | compute |")
+        print("|---|---|---|---|---|---|---|")
+        for path in fit:
+            print(fit_row(path))
     return 0
 
 

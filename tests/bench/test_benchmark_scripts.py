@@ -9,12 +9,18 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():
+def _script(name: str):
+    """benchmarks/<name>.py, imported."""
     import importlib.util
-    path = os.path.join(ROOT, "benchmarks", "bench_shaped_overhead.py")
-    spec = importlib.util.spec_from_file_location("bench_shaped_overhead", path)
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launch():
+    mod = _script("bench_shaped_overhead")
     orders = list(mod.rotations(4))
     # every round launches each kind once; each kind takes each position once in 3 rounds
     assert all(sorted(o) == sorted(mod.KINDS) for o in orders)
@@ -41,11 +47,7 @@ def test_relaunch_overhead_rounds_rotate_and_ratio_each_round_to_its_plain_launc
 
 
 def test_bench_table_gives_each_order_its_gain_straggler_share_and_step_spread():
-    import importlib.util
-    path = os.path.join(ROOT, "benchmarks", "bench_table.py")
-    spec = importlib.util.spec_from_file_location("bench_table", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _script("bench_table")
     from tictac_hooks.records.files import load_json
     result = os.path.join(ROOT, "benchmarks", "results", "gpu-speed",
                           "vgg16-training-w8-p2-222ms-10gbit-run1.json.gz")
@@ -58,6 +60,26 @@ def test_bench_table_gives_each_order_its_gain_straggler_share_and_step_spread()
     assert f"tic {gain:+.1f} % ({s['tic']['straggler_pct']:.1f} %, p95/p50" in row
     assert "CPU-bound" not in row and "compute 222.8 of 222 ms" in row
     assert mod._spread({"step_time_p95": None, "step_time_median": 1.0}) == "-"
+
+
+def test_bench_table_gives_a_fit_run_its_gain_check_and_compute():
+    import statistics
+    mod = _script("bench_table")
+    from tictac_hooks.records.files import load_json
+    result = os.path.join(ROOT, "benchmarks", "results", "gpu-speed",
+                          "resnet50-fit-w4-p2-164ms-10gbit-run1.json.gz")
+    r = load_json(result)
+    row = mod.fit_row(result)
+    tf_step = statistics.median(w["median_step_time_s"]
+                                for w in r["orders"]["default"]["workers"].values())
+    assert f"| 4 x 2, 10gbit | {tf_step * 1e3:.0f} ms |" in row
+    assert f"tic {100 * (r['orders']['tic']['ratio_median'] - 1):+.1f} % (workers " in row
+    assert "tac the same order as tic" in row
+    rounds = len(r["check"]["values"]["tic"])
+    assert f"kept {r['check']['kept']} after {rounds} rounds" in row
+    e = r["emulate"]
+    assert f"compute {e['compute_ms_measured']:.1f} of 164 ms" in row
+    assert ("CPU-bound" in row) == bool(e["cpu_bound"])
 
 
 @pytest.mark.slow
