@@ -110,9 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Replay a model's profile with its compute emulated: delay ops on the profile's "
         "dependency structure, summing to --compute-ms per step, that cost wall time and "
         "no core, so 16-32 workers fit on a small machine while every PS link is shared "
-        "as on a cluster. --model is a built-in profile (resnet50, transformer, dlrm, "
+        "as on a cluster. --model is a built-in profile (resnet50, vgg16, transformer, dlrm, "
         "cnn) or a profile's path; default schedules stock,tic,tac (TensorFlow's order "
-        "on the same workers, the gate bypassed)")
+        "on the same workers, the gate bypassed). With --frontend fit the replay is "
+        "trained by model.fit under ParameterServerStrategy with the TicTac callback, "
+        "TensorFlow's order being its check's own blocks")
     g.add_argument("--emulate-gpu", action="store_true",
                    help="emulate the workers' compute (needs --compute-ms)")
     g.add_argument("--compute-ms", type=float, default=None, metavar="MS",
