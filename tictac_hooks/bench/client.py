@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from tictac_hooks.bench import metrics
-from tictac_hooks.bench.cpu_guard import CpuMeter, CpuUse
+from tictac_hooks.bench.cpu_guard import CpuMeter, CpuUse, emulated_lines
 from tictac_hooks.bench.limit import traced_push_bytes
 from tictac_hooks.bench.orders import (ALGORITHMS, CALIBRATION, CHECKED, DIRECT, FAST_LINK,
                                        NO_TRANSFER, OPTIONAL, STOCK, WC, make_controllers,
@@ -235,21 +235,16 @@ def emulated_compute_line(cfg: dict, cpu: CpuUse, spans: list[float],
     over workers and steps) against the requested, the compute reference's whole step
     (the session's dispatch to every worker included), the workers' CPU over the rounds
     and the guard's verdict; returns the measured ms."""
-    requested = cfg["emulate"]["compute_ms"]
     measured = median(spans) * 1e3
     workers = cfg["interposed_tasks"]
-    shares = cpu.worker_shares(workers)
-    share = 100 * sum(shares) / len(shares) if shares else float("nan")
-    progress(cfg, f"emulated compute: {measured:.1f} ms of {requested:g} ms requested "
-                  f"({len(workers)} workers, CPU {share:.0f} % of a core per worker)")
+    line, *bound = emulated_lines(measured, cfg["emulate"]["compute_ms"], workers, cpu)
+    progress(cfg, line)
     if reference_steps:
         progress(cfg, f"  (the compute reference's whole step, the session's dispatch to "
                       f"{len(workers)} workers included: {median(reference_steps) * 1e3:.1f} "
                       "ms)")
-    why = cpu.reasons(workers)
-    if why:
-        progress(cfg, f"CPU-bound: {'; '.join(why)}: this rate's figures measure this "
-                      "machine's cores, not the network; leave them out of a gain table")
+    for text in bound:
+        progress(cfg, text)
     return measured
 
 

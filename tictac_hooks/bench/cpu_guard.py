@@ -78,6 +78,22 @@ class CpuUse:
                    {str(k): float(v) for k, v in d["task_cpu_s"].items()})
 
 
+def emulated_lines(measured_ms: float, requested_ms: float, workers: list[int],
+                   cpu: CpuUse) -> list[str]:
+    """What every --emulate-gpu run prints (issue 53): the emulated compute measured
+    against the requested with the workers' mean CPU share, and where the guard
+    tripped, the CPU-bound line with its reasons."""
+    shares = cpu.worker_shares(workers)
+    share = 100 * sum(shares) / len(shares) if shares else float("nan")
+    lines = [f"emulated compute: {measured_ms:.1f} ms of {requested_ms:g} ms requested "
+             f"({len(workers)} workers, CPU {share:.0f} % of a core per worker)"]
+    why = cpu.reasons(workers)
+    if why:
+        lines.append(f"CPU-bound: {'; '.join(why)}: these figures measure this machine's "
+                     "cores, not the network; leave them out of a gain table")
+    return lines
+
+
 class CpuMeter:
     """Measures a window: ``start()``, the work, ``stop()`` -> :class:`CpuUse`.
     ``groups`` maps a task's name to its process group id."""

@@ -173,18 +173,15 @@ def emulated_line(e: Mapping[str, Any], workers: int, spans: Sequence[float],
     workers' CPU over the check (a :class:`~tictac_hooks.bench.cpu_guard.CpuUse`) and
     the guard's verdict: printed, and returned for the result."""
     import statistics
+
+    from tictac_hooks.bench.cpu_guard import emulated_lines
     measured = statistics.median(spans) * 1e3
     tasks = list(range(workers))
+    for line in emulated_lines(measured, e["compute_ms"], tasks, cpu):
+        print(line, flush=True)
     shares = cpu.worker_shares(tasks)
-    share = 100 * sum(shares) / len(shares)
-    print(f"emulated compute: {measured:.1f} ms of {e['compute_ms']:g} ms requested "
-          f"({workers} workers, CPU {share:.0f} % of a core per worker)", flush=True)
-    why = cpu.reasons(tasks)
-    if why:
-        print(f"CPU-bound: {'; '.join(why)}: these figures measure this machine's cores, "
-              "not the network; leave them out of a gain table", flush=True)
-    return {"compute_ms_measured": measured, "worker_cpu_share": share / 100,
-            "cpu_bound": why, "cpu": cpu.to_json()}
+    return {"compute_ms_measured": measured, "worker_cpu_share": sum(shares) / len(shares),
+            "cpu_bound": cpu.reasons(tasks), "cpu": cpu.to_json()}
 
 
 # --- the parent: cluster, coordinator, result ---------------------------------------------
