@@ -44,11 +44,13 @@ from tictac_hooks.bench.fit_report import (BASELINES, ORDERS, STRAGGLERS, TF_AGA
 DEFAULT_RATE = "1gbit"
 STEPS_PER_EPOCH = 500
 # --emulate-gpu without --byte-scale: every worker's pulls and pushes of one step at
-# most 64 MiB together, half the compat.v1 bench's budget (runner.py), since fit's
-# workers step on their own rather than in lockstep. Measured here (ResNet-50, 4 x 2,
-# 164 ms, 10 Gbit/s): at 128 MiB a step both cores were 88 % busy over the check (each
-# PS 54-58 % of a core), over the guard; at 64 MiB (x 0.08) they stayed under it.
-FIT_BYTES_PER_STEP = 64 * 2**20
+# most 16 MiB together, an eighth of the compat.v1 bench's budget (runner.py): fit's
+# workers step on their own, and every byte costs this machine's cores a share of the
+# step that a cluster spreads over its machines. Measured here (ResNet-50, 4 x 2, 164 ms
+# of compute, unshaped): a step of 334 ms at 64 MiB a step (x 0.082, cores 73 % busy),
+# 198 ms at 16 MiB (x 0.02), 182 ms at 4 MiB (x 0.005); at 128 MiB and 10 Gbit/s the
+# cores were 88 % busy, over the guard.
+FIT_BYTES_PER_STEP = 16 * 2**20
 
 
 @dataclasses.dataclass
