@@ -80,6 +80,9 @@ def fit_row(path: str) -> str:
     check = result["check"]
     rounds = len(next(iter(check["values"].values()), [])) if check.get("values") else "?"
     decision = f"kept {check['kept']} after {rounds} rounds"
+    held = result.get("with_check") or {}
+    if held.get("kept") and held.get("ratio_median"):  # measured again in fresh blocks
+        decision += f", then {100 * (held['ratio_median'] - 1):+.1f} % in fresh blocks"
     e = result.get("emulate")
     extra = ""
     if e:
