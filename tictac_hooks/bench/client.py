@@ -57,12 +57,11 @@ class Runner:
         self.replay = None
         if cfg.get("emulate"):  # --emulate-gpu: the profile replayed (bench/replay.py)
             from tictac_hooks.bench import replay
-            from tictac_hooks.bench.runner import replay_profile
+            from tictac_hooks.bench.runner import bench_replay
             e = cfg["emulate"]
-            self.replay = replay.plan(replay_profile(e["model"]), cfg["ps"], e["compute_ms"],
-                                      training=cfg["mode"] == "training",
-                                      byte_scale=e["byte_scale"], max_ops=e["max_ops"],
-                                      merge_reads=True)
+            self.replay = bench_replay(e["model"], cfg["ps"], e["compute_ms"], e["max_ops"],
+                                       training=cfg["mode"] == "training",
+                                       byte_scale=e["byte_scale"])
             progress(cfg, self.replay.describe())
             self.work = replay.build(self.replay, sets, compute_workers=cfg["interposed_tasks"])
         else:

@@ -134,10 +134,8 @@ def emulation(config: FitConfig) -> dict[str, Any]:
 
 
 def _replay(model: str, ps: int, compute_ms: float, max_ops: int, byte_scale: float) -> Any:
-    from tictac_hooks.bench import replay
-    from tictac_hooks.bench.runner import replay_profile
-    return replay.plan(replay_profile(model), ps, compute_ms, training=True,
-                       byte_scale=byte_scale, max_ops=max_ops, merge_reads=True)
+    from tictac_hooks.bench.runner import bench_replay
+    return bench_replay(model, ps, compute_ms, max_ops, byte_scale=byte_scale)
 
 
 def _emulated_source(cfg: Mapping[str, Any]) -> tuple[user_model.ModelSource, Any]:

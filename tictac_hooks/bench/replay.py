@@ -48,6 +48,12 @@ class Shard:
     elements: int      # float32 elements (bytes x byte_scale / 4)
     push_elements: int  # its gradient's elements per step (0: not pushed)
 
+    @property
+    def partial_push(self) -> bool:
+        """A push smaller than its variable (rows of a table, or rounding): it updates
+        the leading ``push_elements`` elements, as rows would."""
+        return 0 < self.push_elements < self.elements
+
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
@@ -272,12 +278,11 @@ def build(replay: Replay, worker_sets: Sequence[Sequence[int]], learning_rate: f
                     if grads_i:
                         with tf.compat.v1.colocate_with(var):
                             step = learning_rate * tf.add_n(grads_i) / float(len(grads_i))
-                            n = replay.shards[i].push_elements
-                            # a push smaller than its variable (rows of a table, or
-                            # rounding) updates the leading elements, as rows would
+                            shard = replay.shards[i]
                             updates.append(
-                                var.assign_sub(step).op if n == replay.shards[i].elements
-                                else var.scatter_sub(tf.IndexedSlices(step, tf.range(n))).op)
+                                var.scatter_sub(tf.IndexedSlices(
+                                    step, tf.range(shard.push_elements))).op
+                                if shard.partial_push else var.assign_sub(step).op)
                 fetches.append(tf.group(*updates))
             sets.append(TowerSet(list(tasks), fetches + stamps, len(stamps)))
         init = tf.compat.v1.global_variables_initializer()

@@ -107,7 +107,7 @@ def _model_class(keras: Any, tf: Any, emulate: Any) -> type:
                 if not shard.push_elements:
                     continue
                 grad = emulate.payload([act], [shard.push_elements])
-                if shard.push_elements < shard.elements:
+                if shard.partial_push:  # the leading elements, as rows would
                     grad = tf.IndexedSlices(grad, tf.range(shard.push_elements),
                                             tf.constant([shard.elements]))
                 pairs.append((grad, var))

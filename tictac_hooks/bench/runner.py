@@ -168,6 +168,15 @@ def replay_profile(model: str) -> Any:
                      f"(`tictac analyze --model M --profile DIR`), got {model!r}")
 
 
+def bench_replay(model: str, ps: int, compute_ms: float, max_ops: int, training: bool = True,
+                 byte_scale: float = 1.0) -> Any:
+    """The replay every --emulate-gpu run builds (both frontends, coordinator and
+    client): ``model``'s profile on ``ps`` PSes, a variable's reads merged."""
+    from tictac_hooks.bench import replay
+    return replay.plan(replay_profile(model), ps, compute_ms, training=training,
+                       byte_scale=byte_scale, max_ops=max_ops, merge_reads=True)
+
+
 def check_emulation(config: Any) -> None:
     """--emulate-gpu's settings (``config.model``, ``compute_ms``, ``byte_scale``,
     ``max_ops``; either frontend's config), each error naming its flag."""
@@ -309,11 +318,8 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
         }
         if config.emulated:
             given = config.byte_scale is not None
-            full = replay_profile(config.model)
-            from tictac_hooks.bench import replay
-            whole = replay.plan(full, config.ps, config.compute_ms,
-                                training=config.mode == "training",
-                                max_ops=config.max_ops, merge_reads=True)
+            whole = bench_replay(config.model, config.ps, config.compute_ms, config.max_ops,
+                                 training=config.mode == "training")
             scale = emulated_byte_scale(config, whole.pull_bytes, whole.push_bytes)
             config.byte_scale = scale
             cfg["emulate"] = {"compute_ms": config.compute_ms, "byte_scale": scale,
