@@ -34,7 +34,9 @@ def _full() -> BenchRun:
                    in_run=InRunCompute(0.31, 0.15, [0.3, 0.31, 0.32], [0.15, 0.15]))
     return dataclasses.replace(
         res, compute=ProfiledCompute(0.5, 0.2, 0.5, 0.4), incomplete="cut short",
-        commit="a" * 40, dirty=True, command="tictac bench --quick", network_reason="x")
+        commit="a" * 40, dirty=True, command="tictac bench --quick", network_reason="x",
+        queues={"ps0": {"out": {"bytes": 9, "packets": 3, "drops": 1, "overlimits": 2},
+                        "in": {"bytes": 4, "packets": 1, "drops": 0, "overlimits": 0}}})
 
 
 def test_a_bench_run_reads_back_as_written():
@@ -43,6 +45,7 @@ def test_a_bench_run_reads_back_as_written():
     assert BenchRun.from_json(data) == res
     assert data["commit"] == "a" * 40 and data["dirty"] is True
     assert data["command"] == "tictac bench --quick"
+    assert data["network"]["queues"]["ps0"]["out"]["drops"] == 1
     assert data["schedules"] == data["runs"][0]["schedules"]  # the first rate's, on top
     assert res.schedules == res.runs[0].schedules
     tic = data["runs"][0]["schedules"]["tic"]
@@ -85,6 +88,7 @@ def test_fields_added_later_default_where_a_result_lacks_them():
     data = _full().to_json()
     for key in ("commit", "dirty", "command", "compute", "incomplete"):
         del data[key]
+    del data["network"]["queues"]
     run = data["runs"][0]
     for key in ("compute_s", "in_run", "predicted_step_s"):
         del run[key]
@@ -96,7 +100,7 @@ def test_fields_added_later_default_where_a_result_lacks_them():
         del data["config"][key]
     res = BenchRun.from_json(data)
     assert (res.commit, res.dirty, res.command, res.incomplete) == ("", False, "", "")
-    assert res.compute is None and res.config.backend is None
+    assert res.compute is None and res.config.backend is None and res.queues is None
     first = res.runs[0]
     assert first.compute_s is None and first.in_run is None and first.predicted_step_s is None
     tic = first.schedules["tic"]

@@ -48,6 +48,17 @@ def test_rates_and_host_names_are_checked():
     assert isinstance(ok, bool) and (ok or why), (ok, why)
 
 
+def test_the_drops_line_counts_each_kind_of_host_and_direction():
+    q = lambda drops, packets: {"bytes": 0, "packets": packets, "drops": drops,  # noqa: E731
+                                "overlimits": 0}
+    stats = {"ps0": {"out": q(3, 297), "in": q(0, 50)}, "ps1": {"out": q(1, 99), "in": q(0, 50)},
+             "worker0": {"out": q(0, 100), "in": q(4, 396)}}
+    assert netns.drops_line(stats) == ("shaped queues dropped 8 of 1,000 packets (0.80 %): "
+                                       "ps out 1.00 %, worker in 1.00 %")
+    quiet = {"ps0": {"out": q(0, 10), "in": q(0, 10)}}
+    assert netns.drops_line(quiet) == "shaped queues dropped 0 of 20 packets (0.00 %)"
+
+
 @pytest.mark.root
 @pytest.mark.parametrize("rate,mib", [("100mbit", 12), ("1gbit", 64)])
 def test_bulk_transfer_runs_at_the_configured_rate(rate, mib):
@@ -60,6 +71,13 @@ def test_bulk_transfer_runs_at_the_configured_rate(rate, mib):
                   f"wire {r['wire_bits'] / 1e6:.1f} Mbit/s in {r['seconds']:.2f} s")
             assert abs(r["wire_bits"] / want - 1) <= 0.15, r
             assert abs(r["goodput_bits"] / want - 1) <= 0.15, r
+        # each host's bytes left through its own bucket and arrived through its port's
+        queues = net.queue_stats()
+        for host, other in (("a", "b"), ("b", "a")):
+            assert queues[host]["out"]["bytes"] >= mib << 20, queues
+            assert queues[other]["in"]["bytes"] >= mib << 20, queues
+            assert queues[host]["out"]["packets"] > 0 and queues[host]["out"]["drops"] >= 0
+        print(netns.drops_line(queues))
 
 
 @pytest.mark.root

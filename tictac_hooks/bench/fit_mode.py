@@ -243,6 +243,10 @@ def run(config: FitConfig, argv: Sequence[str] | None = None,
                         f"{link_bits / 1e6:g} Mbit/s")
                     code = _coordinate(cluster, cfg, tmp, "chief", config.timeout_s,
                                        ps_usage, worker_usage)
+                    from tictac_hooks.bench.runner import read_queues
+                    queues = read_queues(net, say, "fit")
+                    if queues is not None:
+                        network["queues"] = queues
             else:
                 with LocalCluster(**kwargs) as cluster:
                     code = _coordinate(cluster, cfg, tmp, None, config.timeout_s, ps_usage,

@@ -350,6 +350,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
                 say(f"[bench {config.label}] shaped network: {len(hosts)} namespaces "
                     f"({', '.join(hosts)}), PS {cluster.ps_addresses}")
                 result = _drive(cluster, cfg, tmp, config.timeout_s, net, say)
+                queues = read_queues(net, say, config.label)
         else:
             with LocalCluster(num_ps=config.ps, num_workers=total_workers, rendezvous=True,
                               backend=config.backend, direct_workers=direct_tasks, env=env,
@@ -362,10 +363,24 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
     # the client's output (read from its file) with what the runner knows
     return BenchRun.from_json({
         **result, "config": config_record(config, batch).to_json(),
-        "network": {"shaped": shaped, "reason": "" if shaped else why},
+        "network": {"shaped": shaped, "reason": "" if shaped else why,
+                    **({"queues": queues} if shaped and queues is not None else {})},
         "machine": {"before": load_before.to_json(), "after": machine_load().to_json()},
         "wall_s": time.time() - started, "commit": commit, "dirty": dirty,
         "command": command_line() if command is None else command})
+
+
+def read_queues(net: Any, say: Callable[[str], None], label: str) -> Any:
+    """The shaped queues' counters at a run's end, said in one line (None, said too,
+    where ``tc`` could not give them: the run's result stands without them)."""
+    from tictac_hooks.cluster import netns
+    try:
+        queues = net.queue_stats()
+    except (netns.NetworkError, ValueError, OSError, subprocess.SubprocessError) as e:
+        say(f"[bench {label}] the shaped queues' counters could not be read: {e}")
+        return None
+    say(f"[bench {label}] {netns.drops_line(queues)}")
+    return queues
 
 
 def config_record(config: BenchConfig, batch: int) -> BenchConfigRecord:

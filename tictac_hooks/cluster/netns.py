@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import json
 import os
 import re
 import secrets
@@ -69,6 +70,36 @@ def _cmd(argv: Sequence[str], check: bool = True, timeout: float = 20.0) -> str:
         raise NetworkError(f"`{' '.join(argv)}` failed ({out.returncode}): "
                            f"{out.stderr.strip() or out.stdout.strip()}")
     return out.stdout
+
+
+def _tbf_stats(namespace: str, dev: str) -> dict[str, int]:
+    """The token bucket's counters on ``dev`` in ``namespace`` (``tc -s -j``)."""
+    out = _cmd(["tc", "-s", "-j", "-n", namespace, "qdisc", "show", "dev", dev])
+    for q in json.loads(out or "[]"):
+        if q.get("kind") == "tbf":
+            return {"bytes": int(q.get("bytes", 0)), "packets": int(q.get("packets", 0)),
+                    "drops": int(q.get("drops", 0)),
+                    "overlimits": int(q.get("overlimits", 0))}
+    raise NetworkError(f"no tbf qdisc on {dev} in {namespace}: {out.strip()[:200]}")
+
+
+def drops_line(stats: dict[str, dict[str, dict[str, int]]]) -> str:
+    """One line from :meth:`ShapedNetwork.queue_stats`: the packets the shaped queues
+    dropped, in all and per kind of host and direction where any were."""
+    groups: dict[str, list[int]] = {}
+    for host, sides in stats.items():
+        kind = re.sub(r"\d+$", "", host)
+        for side, q in sides.items():
+            g = groups.setdefault(f"{kind} {side}", [0, 0])
+            g[0] += q["drops"]
+            g[1] += q["packets"] + q["drops"]
+    dropped = sum(g[0] for g in groups.values())
+    total = sum(g[1] for g in groups.values())
+    share = dropped / total * 100 if total else 0.0
+    where = ", ".join(f"{name} {d / n * 100:.2f} %" for name, (d, n) in sorted(groups.items())
+                      if d)
+    return (f"shaped queues dropped {dropped:,} of {total:,} packets ({share:.2f} %)"
+            + (f": {where}" if where else ""))
 
 
 def rate_bits(rate: str | int | float) -> int:
@@ -341,6 +372,19 @@ class ShapedNetwork:
                     raise NetworkError(f"latency_ms={new.latency_ms} cannot be emulated "
                                        f"here: {why}")
             self._apply_shape(h, new)
+
+    def queue_stats(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Per host, what its shaped queues did since the network opened: ``out`` (its
+        eth0's token bucket) and ``in`` (the bridge port's, towards it), each with
+        bytes and packets sent, packets dropped at the full queue and overlimits (a
+        packet that waited for tokens). Drops mean TCP lost packets on that link
+        (retransmits, possibly 200 ms timeouts), so a run's times include them."""
+        stats: dict[str, dict[str, dict[str, int]]] = {}
+        br = self.namespace(BRIDGE_HOST)
+        for i, host in enumerate(self.hosts):
+            stats[host] = {"out": _tbf_stats(self.namespace(host), "eth0"),
+                           "in": _tbf_stats(br, f"p{i}")}
+        return stats
 
     def _check_connectivity(self, timeout_s: float = 5.0) -> None:
         """Every host reaches the first one (and the first reaches the second)."""

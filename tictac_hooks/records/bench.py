@@ -410,6 +410,9 @@ class BenchRun:
     commit: str = ""
     dirty: bool = False
     command: str = ""
+    # per host, its shaped queues' counters over the run (netns.ShapedNetwork.queue_stats;
+    # None: unshaped, or older results)
+    queues: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "runs", tuple(self.runs))
@@ -423,6 +426,8 @@ class BenchRun:
         network: dict[str, Any] = {"shaped": self.shaped}
         if self.network_reason or not self.shaped:
             network["reason"] = self.network_reason
+        if self.queues is not None:
+            network["queues"] = self.queues
         out = {"config": self.config.to_json(), "network": network,
                "machine": {"before": self.machine_before.to_json(),
                            "after": self.machine_after.to_json()},
@@ -451,4 +456,5 @@ class BenchRun:
                    str(network.get("reason") or ""),
                    ProfiledCompute.from_json(compute) if compute else None,
                    str(d.get("incomplete") or ""), str(d.get("commit") or ""),
-                   bool(d.get("dirty", False)), str(d.get("command") or ""))
+                   bool(d.get("dirty", False)), str(d.get("command") or ""),
+                   network.get("queues"))
