@@ -5,10 +5,12 @@ per `tictac bench --frontend fit` result. The tables of RESULTS.md's straggler a
 GPU-speed sections are printed by it.
 
     python3 benchmarks/bench_table.py benchmarks/results/rejoin/*.json.gz
+    python3 benchmarks/bench_table.py --cells benchmarks/results/gpu-speed/*.json.gz
 """
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 
@@ -96,7 +98,103 @@ def fit_row(path: str) -> str:
             + "; ".join(cells) + f" | {decision} | {extra} |")
 
 
+NAMES = {"resnet50": "ResNet-50", "vgg16": "VGG-16", "transformer": "transformer"}
+
+
+def _range(values: list[float], fmt: str, unit: str = "") -> str:
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return (lo if lo == hi else f"{lo}-{hi}") + unit
+
+
+def cells(paths: list[str]) -> list[str]:
+    """RESULTS.md's GPU-speed table (--cells): one row per model, W x P and link of the
+    synchronous --emulate-gpu runs named ``-run<N>`` (a quick, checked or CPU-bound run
+    left out), each
+    run's figures in file order, and whatif's prediction for the same cell with its
+    error against each run's TensorFlow step. A run stretched xK (``-<ms>msx<K>-`` in
+    its name: compute x K, link / K) shows its steps / K. The last lines: whatif's median
+    step error over these runs, and in how many cells TIC's step spread stays within
+    0.05 of TensorFlow's (each cell's largest difference over its runs)."""
+    from tictac_hooks.graph import profile as profiles
+    from tictac_hooks.graph.cli import parse_rate
+    from tictac_hooks.graph.whatif import Cluster, predict
+    groups: dict[tuple, list[tuple[str, dict]]] = {}
+    for path in paths:
+        name = os.path.basename(path)
+        if "quick" in name or "checked" in name or not re.search(r"-run\d", name):
+            continue
+        result = load_json(path)
+        if not result.get("runs"):
+            continue  # a fit run (its own table), or one cut short before a rate
+        config, run = result["config"], result["runs"][0]
+        if run.get("emulated_compute_ms") is None:
+            continue
+        cpu = CpuUse.from_json(run["cpu"])
+        if cpu.reasons(list(range(config["workers"]))):
+            continue  # CPU-bound: measures this machine, not the network
+        m = re.search(r"-\d+msx(\d+)-(\w+)-run", name)
+        given = config["bandwidth"][0]  # the cluster's link; the run's is x the byte scale
+        stretch, link = (int(m.group(1)), m.group(2)) if m else (1, given)
+        key = (config["model"], config["workers"], config["ps"], link, stretch,
+               config["compute_ms"], given)
+        groups.setdefault(key, []).append((path, result))
+    order = {m: i for i, m in enumerate(NAMES)}
+    out, errors, above = [], [], []
+    for key in sorted(groups, key=lambda k: (order.get(k[0], 9), k[3] != "10gbit", k[1])):
+        model, w, ps, link, stretch, compute_ms, rate = key
+        runs = [r["runs"][0] for _, r in groups[key]]
+        config = groups[key][0][1]["config"]
+        s = [run["schedules"] for run in runs]
+        base = "none" if "none" in s[0] else "stock"
+        gain = lambda o: ", ".join(f"{100 * (x[o]['throughput'] / x[base]['throughput'] - 1):+.1f}"  # noqa: E731
+                                   for x in s) + " %"
+        spread = lambda o: _range([x[o]["step_time_p95"] / x[o]["step_time_median"]  # noqa: E731
+                                   for x in s], "{:.2f}")
+        tf = [x[base]["step_time_median"] / stretch for x in s]
+        above.append(max(x["tic"]["step_time_p95"] / x["tic"]["step_time_median"]
+                         - x[base]["step_time_p95"] / x[base]["step_time_median"] for x in s))
+        cores, workers_cpu = [], []
+        for run in runs:
+            cpu = CpuUse.from_json(run["cpu"])
+            shares = cpu.worker_shares(list(range(w)))
+            cores.append(100 * max(cpu.core_busy))
+            workers_cpu.append(100 * sum(shares) / len(shares))
+        profile = profiles.at_step(profiles.builtin(model), compute_ms)
+        pr = predict(profile, Cluster(w, ps, parse_rate(rate), synchronous=True))
+        step = pr.row("default").step_s / stretch
+        err = [100 * (step / t - 1) for t in tf]
+        errors += [abs(e) for e in err]
+        lo, hi = (f"{round(e):+d}" for e in sorted((min(err), max(err)), key=abs))
+        fmt_ms = "{:.1f}" if max(tf) < 0.1 else "{:.0f}"
+        out.append(
+            f"| {NAMES.get(model, model)}, {w} x {ps}"
+            + ("" if link == "10gbit" else f", {link[:-4]} Gbit/s") + " | "
+            + (f"{config['byte_scale']:.3f} | " if config["byte_scale"] < 1 else "1 | ")
+            + _range([r["emulated_compute_ms"] for r in runs], "{:.1f}")
+            + f" of {compute_ms:g} ms | " + _range(cores, "{:.0f}", " %") + ", "
+            + _range(workers_cpu, "{:.0f}", " %") + " | "
+            + _range([t * 1e3 for t in tf], fmt_ms, " ms") + f" | {gain('tic')} | "
+            f"{gain('tac')} | {spread(base)}; {spread('tic')} | "
+            f"{fmt_ms.format(step * 1e3)} ms ({lo if lo == hi else f'{lo} to {hi}'} %), "
+            f"{100 * pr.row('tic').gain:+.1f} % |")
+    if errors:
+        out.append(f"whatif's TensorFlow step: median error {statistics.median(errors):.0f} % "
+                   f"over {len(errors)} runs, at most {max(errors):.0f} %")
+        close = [a for a in above if a <= 0.05]
+        far = sorted(a for a in above if a > 0.05)
+        out.append(f"TIC's step p95/p50 at most 0.05 above TensorFlow's in the same run: "
+                   f"{len(close)} of {len(above)} cells"
+                   + (f"; {far[0]:.2f}-{far[-1]:.2f} above in {len(far)}" if far else ""))
+    return out
+
+
 def main(paths: list[str]) -> int:
+    if paths and paths[0] == "--cells":
+        print("| model, W x P, link | bytes x | emulated compute | busiest core, worker CPU "
+              "| TF step | TIC | TAC | step p95/p50: TF; TIC | whatif |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(cells(sorted(p for p in paths[1:] if os.path.getsize(p)))))
+        return 0
     paths = [p for p in sorted(paths)
              if p.endswith((".json", ".json.gz")) and os.path.getsize(p)]
     fit = [p for p in paths if load_json(p).get("benchmark") == "fit"]

@@ -51,14 +51,16 @@ def test_bench_table_gives_each_order_its_gain_straggler_share_and_step_spread()
     from tictac_hooks.records.files import load_json
     result = os.path.join(ROOT, "benchmarks", "results", "gpu-speed",
                           "vgg16-training-w8-p2-222ms-10gbit-run1.json.gz")
-    s = load_json(result)["runs"][0]["schedules"]
+    run = load_json(result)["runs"][0]
+    s = run["schedules"]
     (row,) = mod.rows(result)
     for name in ("stock", "tic", "tac"):
         spread = s[name]["step_time_p95"] / s[name]["step_time_median"]
         assert f"p95/p50 {spread:.2f}" in row
     gain = 100 * (s["tic"]["throughput"] / s["stock"]["throughput"] - 1)
     assert f"tic {gain:+.1f} % ({s['tic']['straggler_pct']:.1f} %, p95/p50" in row
-    assert "CPU-bound" not in row and "compute 222.8 of 222 ms" in row
+    assert "CPU-bound" not in row
+    assert f"compute {run['emulated_compute_ms']:.1f} of 222 ms" in row
     assert mod._spread({"step_time_p95": None, "step_time_median": 1.0}) == "-"
 
 
@@ -80,6 +82,29 @@ def test_bench_table_gives_a_fit_run_its_gain_check_and_compute():
     e = r["emulate"]
     assert f"compute {e['compute_ms_measured']:.1f} of 164 ms" in row
     assert ("CPU-bound" in row) == bool(e["cpu_bound"])
+
+
+def test_the_gpu_speed_table_in_results_is_what_bench_table_prints_from_its_files():
+    """RESULTS.md's GPU-speed table is `bench_table.py --cells` over results/gpu-speed/:
+    every row (each run's figures, whatif's prediction and its error) and the median
+    error the text states."""
+    import glob
+    mod = _script("bench_table")
+    paths = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "results", "gpu-speed",
+                                          "*.json.gz")))
+    *rows, summary, spread = mod.cells(paths)
+    assert len(rows) >= 14 and summary.startswith("whatif's TensorFlow step: median error")
+    text = open(os.path.join(ROOT, "benchmarks", "RESULTS.md")).read()
+    section = text.split("## GPU-speed workers")[1].split("\n## ")[0]
+    table = [line for line in section.splitlines()
+             if line.startswith("| ") and " x " in line.split("|")[1] and "fit" not in line
+             and line.count("|") == 10 and not line.startswith("| model,")]
+    assert table == rows
+    median = summary.split("median error ")[1].split(" %")[0]
+    runs = summary.split(" over ")[1].split(" runs")[0]
+    assert f"within {median} % (median of these {runs} runs" in section, summary
+    close, cells = spread.split(": ")[1].split(";")[0].split(" of ")
+    assert f"{close} of {cells.split()[0]} cells" in section, spread
 
 
 @pytest.mark.slow
