@@ -150,12 +150,12 @@ def test_the_main_job_on_a_shaped_link_prints_both_orders_per_worker_and_exits_q
 
 @pytest.mark.cluster
 def test_same_seed_trains_the_same_weights_with_and_without_tictac(tmp_path):
-    """At steps_per_execution 1, 4 and 10 (one call running that many steps in a
-    loop), TicTac's order changes nothing that is trained."""
+    """At steps_per_execution 1 and 10 (one call running that many steps in a loop),
+    TicTac's order changes nothing that is trained."""
     runs = {"none": ["--tictac_algorithm=none"], "tic": ["--tictac_algorithm=tic"],
             "plain": ["--notictac"]}
     runs.update({f"{name}@{k}": [*args, f"--steps_per_execution={k}"]
-                 for k in (4, 10) for name, args in runs.items() if name != "none"})
+                 for k in (10,) for name, args in runs.items() if name != "none"})
     # The trainings run at once (each on its own local cluster): one worker, so what
     # is trained does not depend on timing, and the test takes about one run's time.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -490,14 +490,15 @@ def _step_times(log_dir: str) -> dict[str, list[float]]:
 
 @pytest.mark.cluster
 def test_long_epochs_lose_no_step_record(tmp_path):
-    """700 steps in one epoch: nothing is read at an epoch's end until the last, so every
-    record is read while the epoch runs, by the reading thread. Every dispatched step
-    is recorded, none is dropped, no interval across lost records becomes a step time,
-    and TensorBoard has the summary's steps."""
+    """300 steps in one epoch (150 per worker, over twice the 64 records a gate keeps
+    per worker between two reads): nothing is read at an epoch's end until the last,
+    so every record is read while the epoch runs, by the reading thread. Every
+    dispatched step is recorded, none is dropped, no interval across lost records
+    becomes a step time, and TensorBoard has the summary's steps."""
     # The example's own model (the MLP, steps of about 0.15 s here); the quick CNN's
     # 40 ms steps are too short for a 5x bound on a shared machine.
     out = run_example("--model=mlp", "--batch_size=256",
-                      "--steps=700", "--steps_per_epoch=700", "--tictac_check_rounds=0",
+                      "--steps=300", "--steps_per_epoch=300", "--tictac_check_rounds=0",
                       f"--log_dir={tmp_path / 'tb'}", f"--summary_json={tmp_path / 's.json'}",
                       timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
@@ -505,9 +506,9 @@ def test_long_epochs_lose_no_step_record(tmp_path):
     summary = json.loads((tmp_path / "s.json").read_text())
     records = summary["records"]
     print(f"\n{records}\nhook: {summary['hook']}")
-    assert records["dispatched"] == 700 and records["worker_steps"] == 700, records
+    assert records["dispatched"] == 300 and records["worker_steps"] == 300, records
     assert records["dropped"] == 0 and records["missing"] == 0, records
-    assert "worker steps recorded: 700 of 700 dispatched" in out.stdout, out.stdout
+    assert "worker steps recorded: 300 of 300 dispatched" in out.stdout, out.stdout
     from tictac_hooks.run.tensorboard import read_scalars
     scalars = read_scalars(str(tmp_path / "tb"))
     times = _step_times(str(tmp_path / "tb"))
