@@ -25,8 +25,9 @@ T1 = "/job:worker/replica:0/task:1"  # what the gates name it: one worker is one
 IDS = itertools.count(1)
 
 
-def step(gate: Gate, worker: str = W0, names=("a", "b")) -> None:
-    """One step of ``worker`` at the gate (no schedule: every transfer passes)."""
+def step(gate: Gate, worker: str = W0, names=("a", "b"), gap_s: float = 0.002) -> None:
+    """One step of ``worker`` at the gate (no schedule: every transfer passes), then
+    ``gap_s`` before the next."""
     step_id = next(IDS)
     with inprocess.gate_lock(PS):
         for name in names:
@@ -35,7 +36,7 @@ def step(gate: Gate, worker: str = W0, names=("a", "b")) -> None:
             ticket.nbytes = 100
             gate.completed(ticket)
             gate.handed_back(ticket)
-    time.sleep(0.002)  # steps start one after the other
+    time.sleep(gap_s)  # steps start one after the other
 
 
 @pytest.fixture
@@ -142,19 +143,20 @@ def test_the_summary_counts_each_dispatched_step_once(gate, cursor):
 
 def test_a_silent_worker_whose_task_does_not_answer_is_lost_once(gate, cursor):
     """Silence counts in the worker's own step intervals (here the typical one of the
-    workers, as worker 1 made one step only), with a step of margin either side of
-    SUSPECT_AFTER_STEPS for the sleeps' jitter."""
+    workers, as worker 1 made one step only). The steps are 20 ms apart and each check
+    stands 4 step times off SUSPECT_AFTER_STEPS: a busy machine's jitter (a CI run saw
+    9 intervals where 7 were made at 2 ms) cannot carry it across."""
     steplog, lines, probed = StepLog(), [], {}
     dead = f"127.0.0.1:{free_port()}"  # nothing listens there
-    step(gate, W1)
-    for _ in range(reading.SUSPECT_AFTER_STEPS - 1):
-        step(gate, W0)
+    step(gate, W1, gap_s=0.02)
+    for _ in range(reading.SUSPECT_AFTER_STEPS - 4):
+        step(gate, W0, gap_s=0.02)
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
     assert lines == [] and T1 not in steplog.lost  # not silent long enough
     assert steplog.silent(T1)[1] < reading.SUSPECT_AFTER_STEPS
-    for _ in range(2):
-        step(gate, W0)
+    for _ in range(8):
+        step(gate, W0, gap_s=0.02)
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {"worker:1": dead}, probed, lines.append)
     assert T1 in steplog.lost and len(lines) == 1
@@ -180,8 +182,8 @@ def test_a_worker_of_unknown_address_is_lost_only_after_many_steps(gate, cursor)
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {}, {}, lines.append)
     assert lines == []  # silent, but maybe slow: no address to ask
-    for _ in range(reading.LOST_AFTER_STEPS - reading.SUSPECT_AFTER_STEPS):
-        step(gate, W0)
+    for _ in range(reading.LOST_AFTER_STEPS - reading.SUSPECT_AFTER_STEPS + 4):
+        step(gate, W0)  # 4 steps of margin for the intervals' jitter
     read_into(cursor, steplog)
     reading.find_lost_workers(steplog, {}, {}, lines.append)
     assert T1 in steplog.lost and "(no step of it since)" in lines[0]
