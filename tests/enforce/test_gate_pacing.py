@@ -240,6 +240,49 @@ def test_every_ps_serves_the_workers_in_one_order_whatever_their_arrival(lib_pat
     assert served[0] == served[1] == expected, served
 
 
+@pytest.mark.parametrize("align,switch", [(False, False), (True, False), (False, True)])
+def test_many_workers_behind_a_busy_link_are_served_by_the_rule(lib_path, align, switch):
+    """48 workers (a step id each: one turn), 3 transfers each. The first 4 workers' first
+    transfers go at once; then the rest are all ready behind a busy link, in a shuffled
+    worker order and each worker's in reverse (most wait for their predecessor, then
+    become eligible as it goes). The paced service's indexes hand them back exactly by
+    the rule: one after the other (align off), worker by worker in task order; aligned,
+    the fewest handed back first (every worker's k-th before any worker's (k+1)-th),
+    then task order. With ``switch`` the gate is told to align while they wait, and
+    re-ranks them (the 4 workers one ahead go last)."""
+    import random
+    names, n, ahead = ["a", "b", "c"], 48, 4
+    workers = [f"/job:worker/replica:0/task:{w}/device:CPU:0" for w in range(n)]
+    d = Driver(lib_path)
+    d.install(names, pace_rate=1e6, window=0, align=align)
+    for w in range(ahead):
+        d.send(1000 + w, "a", 200, dest=workers[w])
+    deadline = time.monotonic() + 5.0
+    while len(d.handed) < ahead and time.monotonic() < deadline:
+        time.sleep(0.005)
+    # the chief's read fills the link for 150 ms: the rest queue behind it
+    started = time.monotonic()
+    d.send(99, "a", 150_000, dest="/job:chief/replica:0/task:0/device:CPU:0")
+    for w in random.Random(7).sample(range(n), n):
+        for name in reversed(names[1:] if w < ahead else names):
+            d.send(1000 + w, name, 200, dest=workers[w])
+    if switch:
+        d.gate.control("configure", "align\t1\n")
+    assert time.monotonic() - started < 0.12, "queued after the link freed: no test"
+    deadline = time.monotonic() + 10.0
+    while len(d.handed) < 1 + n * len(names) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    served = [(workers.index(dest), name) for dest, name in d.handed[ahead + 1:]]
+    if align or switch:
+        expected = [(w, names[0]) for w in range(ahead, n)] + [
+            (w, name) for name in names[1:] for w in range(n)]
+    else:
+        expected = [(w, name) for w in range(n) for name in names
+                    if w >= ahead or name != names[0]]
+    assert served == expected, served[:12]
+    d.gate.close()
+
+
 def test_a_worker_that_comes_back_is_served_in_its_turn_not_first(lib_path):
     """Task 2 runs one step and is away (killed, restarted) while tasks 0 and 1 run six
     each. Its turns would make it the earliest for five steps (served before everyone
@@ -271,3 +314,17 @@ def test_a_worker_that_comes_back_is_served_in_its_turn_not_first(lib_path):
     assert [tasks.index(dest) for dest, _ in d.handed[-3:]] == [0, 1, 2], d.handed
     assert d.gate.control("configure", "")["totals"]["rejoined"] == 1
     d.gate.close()
+
+
+def test_the_pacing_benchmark_drives_every_worker_through_the_paced_service(lib_path):
+    """benchmarks/bench_gate_pacing.py's measurement at 16 workers: every b waits for
+    its a (it raises otherwise), then all 32 go back through the paced service, and
+    the time per hand-back is measured."""
+    import importlib.util
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "bench_gate_pacing", os.path.join(root, "benchmarks", "bench_gate_pacing.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert 0 < mod.one_gate(lib_path, 16) < 0.01

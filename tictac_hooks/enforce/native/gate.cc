@@ -119,7 +119,12 @@ bool Gate::Configure(double skip_after_s, int presume_absent_after, std::string*
   if (presume_absent_after >= 0) opt_.presume_absent_after = presume_absent_after;
   if (pace_rate >= 0) opt_.pace_rate = pace_rate;
   if (pace_window >= 0) opt_.pace_window = pace_window;
-  if (align >= 0) opt_.align = align != 0;
+  if (align >= 0 && opt_.align != (align != 0)) {
+    opt_.align = align != 0;
+    std::vector<Channel*> waiting;  // the eligible index's rank within a turn changes
+    for (const auto& [at, ch] : behind_) waiting.push_back(ch);
+    for (Channel* ch : waiting) Index(ch);
+  }
   if (conserve_after_s > -1.5) opt_.conserve_after_s = conserve_after_s < 0 ? -1 : conserve_after_s;
   return true;
 }
@@ -263,7 +268,7 @@ void Gate::Ready(const TicketPtr& t, int64_t nbytes, const std::string& error,
         t->t_wait = SteadyNow();
         ch->waiters.push_back(t);
         std::push_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
-        Waiting(ch);
+        Index(ch);
       }
       Pump(ch, &runs);
     }
@@ -282,6 +287,7 @@ void Gate::HandBackNow(Channel* ch, const TicketPtr& t, Runs* runs) {
     if (!ch->done.count(t->name)) {
       ch->done.insert(t->name);
       ch->counter += 1;
+      Index(ch);
       absent_streak_.erase(ch->dest + "\n" + t->name);
     }
   }
@@ -295,7 +301,7 @@ void Gate::HandBackFront(Channel* ch, Runs* runs) {
   std::pop_heap(ch->waiters.begin(), ch->waiters.end(), HeapLess);
   TicketPtr t = ch->waiters.back();
   ch->waiters.pop_back();
-  Waiting(ch);
+  Index(ch);
   if (t->state == State::kListed && ch->done.count(t->name)) t->state = State::kLate;
   HandBackNow(ch, t, runs);
 }
@@ -303,6 +309,7 @@ void Gate::HandBackFront(Channel* ch, Runs* runs) {
 void Gate::Skip(Channel* ch, const std::string& name, const char* reason) {
   ch->done.insert(name);
   ch->counter += 1;
+  Index(ch);
   ch->skipped.push_back({name, reason, Now()});
   totals_["skipped"] += 1;
   if (!ch->arrived.count(name)) absent_streak_[ch->dest + "\n" + name] += 1;
@@ -332,14 +339,15 @@ void Gate::Pump(Channel* ch, Runs* runs) {
 }
 
 void Gate::Arm(Channel* ch) {
+  if (ch->deadline != 0) armed_.erase({ch->deadline, ch});
   ch->deadline = SteadyNow() + opt_.skip_after_s;
-  armed_.insert(ch);
+  armed_.emplace(ch->deadline, ch);
   cv_.notify_all();
 }
 
 void Gate::Disarm(Channel* ch) {
+  if (ch->deadline != 0) armed_.erase({ch->deadline, ch});
   ch->deadline = 0;
-  armed_.erase(ch);
 }
 
 void Gate::OnStall(Channel* ch, Runs* runs) {

@@ -132,6 +132,9 @@ std::string SendingNodeName(const std::string& tensor);  // strips "^edge_\d+_"
 struct Installed;
 struct Channel;
 using HandBack = std::function<void()>;
+// Where a waiting channel stands in the paced service's indexes (Gate::Index):
+// (turn, a rank within the turn, task index, step seq, destination).
+using PaceKey = std::tuple<int64_t, int64_t, int64_t, int64_t, std::string>;
 
 struct Ticket {
   int64_t step_id = 0;
@@ -227,14 +230,18 @@ class Gate {
   bool Paced();                       // the backlog holds the next transfer back
   void OnPace(Runs* runs);
   bool Pacing() const { return opt_.pace_rate > 0; }
-  void ServePaced(Runs* runs);        // hands back, while the link has room, gate-wide
-  bool Conserve(Runs* runs);          // out of turn when the link idles (see above)
+  // Hands back, while the link has room, gate-wide; the channels it served go to
+  // `served` where given.
+  void ServePaced(Runs* runs, std::vector<Channel*>* served = nullptr);
+  Channel* Conserve(Runs* runs);      // out of turn when the link idles (see above)
   // Finishes ch: what it still holds goes now, each marked `early` (nullptr: it
   // finished by itself, nothing held), and its record joins the history.
   void Finish(Channel* ch, Runs* runs, const char* early);
   void Sweep(double steady_now, bool force, Runs* runs);  // finishes quiet channels
   void Retire(int64_t step_id);  // forgets a step whose channels all finished
-  void Waiting(Channel* ch);     // keeps waiting_ in step with ch->waiters
+  // Keeps the paced service's indexes (eligible_, behind_) in step with ch's waiters
+  // and counter: called whenever either changes.
+  void Index(Channel* ch);
   void Account(int64_t nbytes);  // a hand-back's bytes join the pacing backlog
   void Disarm(Channel* ch);
   std::string SummaryLocked();
@@ -269,10 +276,14 @@ class Gate {
   std::unordered_map<std::string, std::unordered_set<std::string>> served_at_install_;
   std::map<std::pair<int64_t, std::string>, std::shared_ptr<Installed>> views_;
   std::unordered_map<std::string, int> absent_streak_;  // destination + "\n" + name
-  // Channels with waiters, earliest turn first (what the paced service picks from), and
-  // channels with a skip timer: the hot paths never walk every live step.
-  // (turn, task index, step seq, destination): the paced service's order
-  std::map<std::tuple<int64_t, int64_t, int64_t, std::string>, Channel*> waiting_;
+  // The channels with waiters, indexed so that the paced service's pick is the first
+  // entry (O(log n) a hand-back, n the waiting channels; no walk over the workers):
+  // eligible_, those whose front waiter's turn came, by (turn, its counter when aligned
+  // else 0, task, step seq, destination): what ServePaced hands back next; behind_,
+  // all of them, by (turn, front priority - counter, task, step seq, destination):
+  // what Conserve lets go out of turn. And the channels with a skip timer, by deadline.
+  std::map<PaceKey, Channel*> eligible_, behind_;
+  std::set<std::pair<double, Channel*>> armed_;  // (ch->deadline, ch); deadline 0: not in
   // A job's current round (TurnOf): its turn and its channels in the order they
   // opened, as (destination, the gate's step key: a retired step is no longer served),
   // and the destinations among them.
@@ -290,7 +301,6 @@ class Gate {
   };
   std::unordered_map<std::string, Opened> dest_opened_;
   std::string instance_;  // new in every gate: a restarted PS answers with another
-  std::unordered_set<Channel*> armed_;
   // Finished (step, destination) channels, for a request that comes after its channel
   // finished: (steady time, key) oldest first, and the keys.
   std::deque<std::pair<double, std::string>> finished_order_;

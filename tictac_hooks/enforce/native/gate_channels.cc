@@ -186,7 +186,7 @@ void Gate::Finish(Channel* ch, Runs* runs, const char* early) {
     t->hand_back = nullptr;
   }
   ch->waiters.clear();
-  Waiting(ch);
+  Index(ch);
   for (auto& t : ch->all) {
     if (t->t_ready == 0) {  // in flight: its record says it went unordered
       t->early = why;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -114,6 +115,8 @@ struct Channel {
   std::unordered_map<std::string, std::string> tensors;  // node -> first tensor name
   std::unordered_set<std::string> served;  // names it served (the gate's once finished)
   double deadline = 0;  // steady clock; 0: no timer
+  // Its entries in the gate's eligible_ and behind_ (Gate::Index), where it has them.
+  std::optional<PaceKey> eligible_at, behind_at;
   double t_first = 0;
   double t_last = 0;    // steady clock: its last arrival, response or hand-back
   int inflight = 0;     // arrived, response not produced yet

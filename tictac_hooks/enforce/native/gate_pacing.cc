@@ -6,6 +6,7 @@
 #include <chrono>
 #include <mutex>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "gate.h"
@@ -36,59 +37,68 @@ void Gate::WakeAt(double steady_when) {
   }
 }
 
-bool Gate::Conserve(Runs* runs) {
-  if (opt_.conserve_after_s < 0) return false;
-  Channel* pick = nullptr;
-  for (const auto& [at, ch] : waiting_) {  // earliest turn first
-    if (pick != nullptr && ch->turn > pick->turn) break;
-    if (pick == nullptr || ch->waiters.front()->priority - ch->counter <
-                               pick->waiters.front()->priority - pick->counter)
-      pick = ch;
-  }
-  if (pick == nullptr) return false;
+Channel* Gate::Conserve(Runs* runs) {
+  if (opt_.conserve_after_s < 0 || behind_.empty()) return nullptr;
+  // The earliest turn's channel whose front waiter is the fewest transfers behind.
+  Channel* pick = behind_.begin()->second;
   const double when =
       std::max(drain_at_, pick->waiters.front()->t_wait) + opt_.conserve_after_s;
   if (SteadyNow() < when) {
     WakeAt(when);
-    return false;
+    return nullptr;
   }
   totals_["out_of_turn"] += 1;
   HandBackFront(pick, runs);
-  return true;
+  return pick;
 }
 
-void Gate::ServePaced(Runs* runs) {
+void Gate::ServePaced(Runs* runs, std::vector<Channel*>* served) {
   while (!Paced()) {
     // The earliest turn with a transfer whose turn came; within it, aligned: the
-    // destination furthest behind, else the lowest task (waiting_ is ordered by
-    // (turn, task, step seq, destination)).
+    // destination furthest behind, else the lowest task (eligible_'s order).
     Channel* best = nullptr;
-    for (const auto& [at, ch] : waiting_) {
-      if (best != nullptr && ch->turn > best->turn) break;
-      if (ch->waiters.front()->priority > ch->counter) continue;
-      if (best == nullptr || (opt_.align && ch->counter < best->counter)) best = ch;
+    if (!eligible_.empty()) {
+      best = eligible_.begin()->second;
+      HandBackFront(best, runs);
+    } else {
+      best = Conserve(runs);
+      if (best == nullptr) return;
     }
-    if (best == nullptr) {
-      if (Conserve(runs)) continue;
-      return;
-    }
-    HandBackFront(best, runs);
+    if (served != nullptr) served->push_back(best);
   }
 }
 
 void Gate::OnPace(Runs* runs) {
   pace_deadline_ = 0;
-  if (Pacing()) ServePaced(runs);
-  std::vector<Channel*> waiting;
-  for (const auto& [at, ch] : waiting_) waiting.push_back(ch);
-  for (Channel* ch : waiting)
-    if (!ch->waiters.empty()) Pump(ch, runs);
+  std::vector<Channel*> pump;
+  if (Pacing()) {
+    ServePaced(runs, &pump);  // what it served gets its channel's bookkeeping (Pump)
+  } else {  // pacing was switched off: every waiting channel goes by its own counter
+    for (const auto& [at, ch] : behind_) pump.push_back(ch);
+    std::sort(pump.begin(), pump.end(), [](const Channel* a, const Channel* b) {
+      return std::tie(a->turn, a->task, a->step_seq, a->dest) <
+             std::tie(b->turn, b->task, b->step_seq, b->dest);
+    });
+  }
+  std::unordered_set<Channel*> pumped;
+  for (Channel* ch : pump)
+    if (pumped.insert(ch).second && !ch->waiters.empty()) Pump(ch, runs);
 }
 
-void Gate::Waiting(Channel* ch) {
-  const auto at = std::make_tuple(ch->turn, ch->task, ch->step_seq, ch->dest);
-  if (ch->waiters.empty()) waiting_.erase(at);
-  else waiting_.emplace(at, ch);
+void Gate::Index(Channel* ch) {
+  if (ch->eligible_at) eligible_.erase(*ch->eligible_at);
+  if (ch->behind_at) behind_.erase(*ch->behind_at);
+  ch->eligible_at.reset();
+  ch->behind_at.reset();
+  if (ch->waiters.empty()) return;
+  const int64_t behind = ch->waiters.front()->priority - ch->counter;
+  ch->behind_at.emplace(ch->turn, behind, ch->task, ch->step_seq, ch->dest);
+  behind_.emplace(*ch->behind_at, ch);
+  if (behind <= 0) {  // its turn came (Eq. of the counter: priority <= counter)
+    ch->eligible_at.emplace(ch->turn, opt_.align ? ch->counter : 0, ch->task,
+                            ch->step_seq, ch->dest);
+    eligible_.emplace(*ch->eligible_at, ch);
+  }
 }
 
 void Gate::Account(int64_t nbytes) {
@@ -103,8 +113,8 @@ void Gate::TimerLoop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stopping_) {
     double next = pace_deadline_;
-    for (Channel* ch : armed_)
-      if (next == 0 || ch->deadline < next) next = ch->deadline;
+    if (!armed_.empty() && (next == 0 || armed_.begin()->first < next))
+      next = armed_.begin()->first;
     if (!step_order_.empty()) {  // quiet channels finish without waiting for a read
       const double sweep = last_sweep_ + opt_.finish_after_s / 4;
       if (next == 0 || sweep < next) next = sweep;
@@ -120,11 +130,10 @@ void Gate::TimerLoop() {
     }
     Runs runs;
     if (pace_deadline_ != 0 && pace_deadline_ <= now) OnPace(&runs);
-    std::vector<Channel*> due;
-    for (Channel* ch : armed_)
-      if (ch->deadline <= now) due.push_back(ch);
-    for (Channel* ch : due)
-      if (armed_.count(ch) && ch->deadline != 0 && ch->deadline <= now) OnStall(ch, &runs);
+    // Earliest deadline first; OnStall disarms the channel and re-arms it, if at all,
+    // skip_after_s (> 0) from now, so this ends.
+    while (!armed_.empty() && armed_.begin()->first <= now)
+      OnStall(armed_.begin()->second, &runs);
     Sweep(now, false, &runs);
     l.unlock();
     RunAll(&runs);
