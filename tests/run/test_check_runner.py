@@ -55,8 +55,8 @@ class Harness:
     def install_candidate(self, parts, only=None) -> None:
         planner.install(parts, [PS], 5.0, 0, only=only)
 
-    def clear_orders(self) -> None:
-        clear_everywhere([PS])
+    def clear_orders(self, only=None) -> None:
+        clear_everywhere(list(only) if only is not None else [PS])
 
     def mark_pause(self, start: float, end: float) -> None:
         self.pauses.append((start, end))
@@ -326,13 +326,13 @@ def test_a_restarted_ps_gets_the_order_it_should_run_again_in_one_line():
     with inprocess.serve_in_process(PS, h.gate):
         h.switch()
     h.runner.restarted([PS])  # nothing answers at PS: it fails, and says so
-    assert h.runner.to_reinstall == {PS} and len(h.lines) == 1, h.lines
+    assert h.runner.out_of_step == {PS} and len(h.lines) == 1, h.lines
     assert "installing the TIC order on it failed" in h.lines[0]
     fresh = Gate(skip_after_s=5.0, window_bytes=0)
     with inprocess.serve_in_process(PS, fresh):
         h.gate = fresh
         h.runner.restarted([])  # the next read: it answers now
-        assert h.running() == "tic" and h.runner.to_reinstall == set()
+        assert h.running() == "tic" and h.runner.out_of_step == set()
         assert h.lines[1] == (f"the PS at {PS} was restarted (a new gate): the TIC "
                               "order installed on it again")
         # TensorFlow's order kept (e.g. by the check): nothing to install, one line
@@ -363,6 +363,55 @@ def test_a_gate_error_inside_the_check_ends_the_check_not_training(gate):
     assert h.lines[-1].endswith("training goes on")
     h.step(20)
     assert len(h.results) == 1
+
+
+def test_a_clear_that_fails_is_tried_at_every_read_until_every_ps_runs_the_kept_order(gate):
+    """The check stops on a failed clear (a PS away): the gate still runs the TIC order
+    while the check keeps TensorFlow's. Every read (sync) tries again, with one line at
+    the first failure; once the PS answers, it is cleared, with one line: no PS stays
+    on an order the run no longer claims."""
+    from tictac_hooks.enforce.api import GateError
+    h = Harness(gate)
+    h.switch()
+    h.step(BLOCK)
+    real = h.clear_orders
+
+    def failing(only=None):
+        raise GateError("PS 127.0.0.1:61301 unreachable")
+    h.clear_orders = failing
+    h.step()  # the D block's clear fails: the check stops, TensorFlow's order kept
+    assert h.runner.kept_order is None and h.running() == "tic"
+    assert h.runner.out_of_step, "the run knows the PSes may not run what it says"
+    for _ in range(3):  # reads while the PS does not answer: one line in all
+        h.runner.sync()
+    failed = [line for line in h.lines if "trying again at every read" in line]
+    assert failed == ["bringing every PS to TensorFlow's order failed (PS 127.0.0.1:61301 "
+                      "unreachable); a PS may still run another order: trying again at "
+                      "every read"], h.lines
+    assert h.running() == "tic"
+    h.clear_orders = real  # it answers again: the next read clears it
+    h.runner.sync()
+    assert h.running() is None and not h.runner.out_of_step
+    assert h.lines[-1] == ("every PS runs TensorFlow's order now (an install or clear "
+                           "had failed part-way)")
+    h.runner.sync()
+    h.step(20)
+    assert h.running() is None and len(h.results) == 1
+
+
+def test_clearing_tries_every_ps_and_names_the_ones_that_failed(gate):
+    """clear_everywhere with the first PS away: the second is cleared all the same, and
+    the error names the one that may still hold its order."""
+    from tictac_hooks.enforce.api import GateError
+    from tictac_hooks.ports import free_port
+    h = Harness(gate)
+    h.switch()
+    assert h.running() == "tic"
+    away = f"127.0.0.1:{free_port()}"
+    with pytest.raises(GateError, match=f"clearing failed on 1 of 2 PS, which may still "
+                       f"hold an order: {away} "):
+        clear_everywhere([away, PS], timeout_s=1.0)
+    assert h.running() is None
 
 
 def _profiled(h: "Harness", workers: int, steps: int, spread: float) -> None:

@@ -265,15 +265,23 @@ def _roll_back(pool: "GateClients", done: Mapping[str, InstallResult]) -> str:
 def clear_everywhere(addresses: Sequence[str], timeout_s: float = 10.0,
                      clients: "GateClients | None" = None) -> None:
     """Clears every PS's order (TensorFlow's order again); through the run's
-    ``clients`` when given."""
-    if clients is None:
-        for address in addresses:
-            with connect(address, timeout_s) as client:
-                client.clear()
-        return
+    ``clients`` when given. Every PS is tried, whichever fails: then a
+    :class:`GateError` names each PS that may still hold its order, and why."""
+    failed = []
     for address in addresses:
-        with clients.using(address) as client:
-            client.clear()
+        try:
+            if clients is None:
+                with connect(address, timeout_s) as client:
+                    client.clear()
+            else:
+                with clients.using(address) as client:
+                    client.clear()
+        except GateError as e:
+            failed.append(f"{address} ({e})")
+    if failed:
+        cleared = len(addresses) - len(failed)
+        raise GateError(f"clearing failed on {len(failed)} of {len(addresses)} PS, which "
+                        f"may still hold an order: {'; '.join(failed)} ({cleared} cleared)")
 
 
 def stats_everywhere(addresses: Sequence[str], timeout_s: float = 10.0) -> list[GateStats]:

@@ -28,6 +28,7 @@ from tictac_hooks.run import sequential
 log = logging.getLogger("tictac")
 
 _KEEP_CHECK_RECORDS = 50_000
+EVERY_PS = "*"  # in CheckRunner.out_of_step: every PS, not one named
 _KEEP_PROFILED_TIMES = 500
 
 
@@ -37,8 +38,9 @@ class CheckHost(Protocol):
     def install_candidate(self, parts: Parts, only: Sequence[str] | None = None) -> None:
         """Installs a candidate's order on every PS (quietly), or on those of ``only``."""
 
-    def clear_orders(self) -> None:
-        """Clears every PS: TensorFlow's order."""
+    def clear_orders(self, only: Sequence[str] | None = None) -> None:
+        """Clears every PS (or those of ``only``): TensorFlow's order. Tries every PS,
+        then raises if any failed."""
 
     def poll(self) -> Any:
         """Reads the PSes' records (which reach :meth:`CheckRunner.recorded`)."""
@@ -111,9 +113,12 @@ class CheckRunner:
         self.installed: str | None = None
         self.suspended = False       # validation inside fit: TF's own order
         self.holds = 0       # times the order check held the loop (joins, installs)
-        # PSes restarted (a new gate, no order) that still wait for theirs; what the
-        # PSes run changes under this lock (the reading thread finds restarts).
-        self.to_reinstall: set[str] = set()
+        # PSes that may not run what `installed` says, brought to it at every read
+        # (sync): restarted ones (a new gate, no order), or EVERY_PS after an install
+        # or clear that failed part-way. What the PSes run changes under this lock (the
+        # reading thread finds restarts).
+        self.out_of_step: set[str] = set()
+        self._sync_failing = False
         # The switch installed its order before the compute times came (TIC): the
         # check waits for them (Switching.timed), then start() runs it.
         self.waiting = False
@@ -245,9 +250,11 @@ class CheckRunner:
         if self.installs and self.installed is not None:
             try:
                 self._host.clear_orders()
-                self.installed = None
-            except Exception:  # noqa: BLE001 - a PS that went away: nothing to clear
+                self.out_of_step.clear()
+            except Exception:  # noqa: BLE001 - a PS away: cleared at a later read (sync)
                 log.debug("TicTac: clearing after a failed switch", exc_info=True)
+                self.out_of_step.add(EVERY_PS)
+            self.installed = None
 
     def recorded(self, records: Sequence[WorkerStep]) -> None:
         """Records read while a check runs: what it decides on (the last 50,000); until
@@ -436,47 +443,77 @@ class CheckRunner:
 
     def _apply(self) -> None:
         """Installs the wanted candidate order, or clears the PSes for TensorFlow's, so
-        that the PSes run what the check asks for, unless suspended (validation)."""
+        that the PSes run what the check asks for, unless suspended (validation). If
+        that fails part-way (a PS away), the PSes may run different orders: every PS
+        is then brought to the wanted one at each read until that works (sync), and
+        the error goes on to the caller."""
         with self._lock:
             want = None if self.suspended else self.want
             if not self.installs or not self.candidates or want == self.installed:
                 return
-            if want is not None and self.candidates[want] is not None:
-                self._host.install_candidate(self.candidates[want])
-            else:
-                self._host.clear_orders()
-            self.installed = want
-            self.to_reinstall.clear()
+            try:
+                if want is not None and self.candidates[want] is not None:
+                    self._host.install_candidate(self.candidates[want])
+                else:
+                    self._host.clear_orders()
+            except Exception:
+                self.out_of_step.add(EVERY_PS)
+                raise
+            finally:
+                self.installed = want
+            self.out_of_step.clear()
+            self._sync_failing = False
 
     def restarted(self, addresses: Sequence[str]) -> None:
         """PSes found restarted (a new gate: TensorFlow's order, no records of earlier
         steps): the order the others run is installed on them again now, within the
-        read that found them, with one line; one that cannot take it yet is tried again
-        at the next read."""
+        read that found them (:meth:`sync`)."""
+        self.sync(addresses)
+
+    def sync(self, restarted: Sequence[str] = ()) -> None:
+        """At every read: brings the PSes that may not run what ``installed`` says to
+        it, with one line: the ``restarted`` ones (a new gate runs TensorFlow's order),
+        and every PS after an install or clear that failed part-way. One that cannot
+        take it yet is tried again at the next read (one line, at the first failure)."""
         with self._lock:
-            if addresses:
-                self.to_reinstall.update(addresses)
-                where = ", ".join(addresses)
-                if not self.installs or self.installed is None:
+            if restarted:
+                where = ", ".join(restarted)
+                if not self.installs or (self.installed is None
+                                         and EVERY_PS not in self.out_of_step):
                     self._host.say(f"the PS at {where} was restarted (a new gate); it runs "
-                              "TensorFlow's order, as every PS does now")
-                    self.to_reinstall.clear()
+                                   "TensorFlow's order, as every PS does now")
                     return
-            pending = sorted(self.to_reinstall)
-            if not pending or not self.installs or self.installed is None:
+                self.out_of_step.update(restarted)
+            if not self.out_of_step or not self.installs:
                 return
+            everyone = EVERY_PS in self.out_of_step
+            pending = sorted(self.out_of_step - {EVERY_PS})
+            only = None if everyone else pending
+            where = "every PS" if everyone else f"the PS at {', '.join(pending)}"
+            name = f"the {self.installed.upper()} order" if self.installed else \
+                "TensorFlow's order"
+            parts = self.candidates.get(self.installed) if self.installed else None
             try:
-                self._host.install_candidate(self.candidates[self.installed], only=pending)
+                if parts is None:
+                    self._host.clear_orders(only=only)
+                else:
+                    self._host.install_candidate(parts, only=only)
             except Exception as e:  # noqa: BLE001 - say it once, try at the next read
-                log.debug("TicTac: reinstalling on %s", pending, exc_info=True)
-                if addresses:
-                        self._host.say(f"the PS at {', '.join(pending)} was restarted; installing "
-                              f"the {self.installed.upper()} order on it failed ({e}): "
-                              "trying again at every read")
+                log.debug("TicTac: bringing %s to %s", where, name, exc_info=True)
+                if not self._sync_failing:
+                    self._host.say(
+                        f"bringing every PS to {name} failed ({e}); a PS may still run "
+                        "another order: trying again at every read" if everyone else
+                        f"{where} was restarted; installing {name} on it failed ({e}): "
+                        "trying again at every read")
+                self._sync_failing = True
                 return
-            self.to_reinstall.clear()
-            self._host.say(f"the PS at {', '.join(pending)} was restarted (a new gate): the "
-                      f"{self.installed.upper()} order installed on it again")
+            self.out_of_step.clear()
+            self._sync_failing = False
+            self._host.say(f"every PS runs {name} now (an install or clear had failed "
+                           "part-way)" if everyone else
+                           f"{where} was restarted (a new gate): {name} installed on it "
+                           "again")
 
 
 def _pct(x: float) -> str:

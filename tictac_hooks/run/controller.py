@@ -153,8 +153,8 @@ class Controller(Switching):
                           only: Sequence[str] | None = None) -> None:
         self._install(parts, quiet=True, only=only)
 
-    def clear_orders(self) -> None:
-        self._clear()
+    def clear_orders(self, only: Sequence[str] | None = None) -> None:
+        self._clear(only)
 
     def check_decided(self, result: CheckResult) -> None:
         """A check decided (CheckRunner's on_result): the schedule is the kept order."""
@@ -246,8 +246,8 @@ class Controller(Switching):
                             ", ".join(f"{ps}: {n}" for ps, n in lost.items()))
             for address in read.restarted:
                 self.steplog.restarted(address)
-            if read.restarted or self.runner.to_reinstall:
-                self.runner.restarted(read.restarted)
+            if read.restarted or self.runner.out_of_step:
+                self.runner.sync(read.restarted)
             self.steplog.add(read.steps)
             if self._timeline is not None:
                 self._timeline.add(read.steps, final=everything)
@@ -368,11 +368,12 @@ class Controller(Switching):
             self.say(f"installed on {len(ordered)} of {len(self.ps_addresses)} PS "
                      f"(every PS the order has transfers on); every later step follows it")
 
-    def _clear(self) -> None:
+    def _clear(self, only: Sequence[str] | None = None) -> None:
         # The step log keeps the PSes of the last install: a step read after this
         # clear that ran scheduled is still judged against every PS that carried it.
         from tictac_hooks.enforce.client import clear_everywhere
-        clear_everywhere(self.ps_addresses, clients=self.gates)
+        clear_everywhere(list(only) if only is not None else self.ps_addresses,
+                         clients=self.gates)
 
     # --- end ------------------------------------------------------------------------------
     def finish(self, hook: Mapping[str, Any] | None = None) -> RunSummary:
