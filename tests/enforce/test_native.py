@@ -125,6 +125,8 @@ def test_a_build_killed_half_way_leaves_nothing_that_blocks_the_next(tmp_path):
     assert not list(tmp_path.glob("*/libtictac_gate.so"))  # no half library in place
     info = build(with_tensorflow=False, quiet=True, cache=str(tmp_path))
     assert not info.cached and os.path.getsize(info.path) > 0
+    # the killed builder's objects (each source compiles on a core of its own) are gone
+    assert not list(tmp_path.glob("*/.objects.*")), list(tmp_path.glob("*/.*"))
     from tictac_hooks.enforce.native.cgate import CGate
     CGate.alone(info.path).close()  # it loads
 

@@ -159,27 +159,58 @@ def build(force: bool = False, with_tensorflow: bool = True, quiet: bool = False
             print(f"[tictac] building the native gate for TensorFlow {tf_version or '(none)'} "
                   f"into {folder} (once; about half a minute)", file=sys.stderr, flush=True)
         tmp = os.path.join(folder, f".{target}.{os.getpid()}.tmp")
-        argv = [cxx, *flags, "-o", tmp, *(os.path.join(HERE, s) for s in sources), *lflags]
+        # Each source compiles to its object on a core of its own, then one link: the
+        # first use waits for the slowest source, not for all of them in turn. A
+        # builder killed half-way leaves its objects folder; the next build removes it.
+        for stale in os.listdir(folder):
+            if stale.startswith(".objects."):
+                shutil.rmtree(os.path.join(folder, stale), ignore_errors=True)
+        objects_dir = os.path.join(folder, f".objects.{os.getpid()}")
+        os.makedirs(objects_dir)
+        objects = [os.path.join(objects_dir, os.path.splitext(s)[0] + ".o") for s in sources]
+        commands = [[cxx, *flags, "-c", os.path.join(HERE, s), "-o", o]
+                    for s, o in zip(sources, objects)]
+        link = [cxx, *flags, "-o", tmp, *objects, *lflags]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True)
-        except OSError as e:
-            raise NativeBuildError(f"cannot run {cxx!r}: {e}") from None
-        if proc.returncode != 0:
+            _run_all(commands, tf_version)
+            _run_all([link], tf_version)
+        except NativeBuildError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            tail = "\n".join(line for line in proc.stderr.splitlines()
-                             if "error" in line or "undefined" in line)[-3000:]
-            raise NativeBuildError(
-                f"building the native TicTac gate against TensorFlow {tf_version} failed "
-                f"({cxx}, exit {proc.returncode}):\n{tail or proc.stderr[-3000:]}\n"
-                "This TensorFlow's C++ server API may differ from the tested one (2.21); "
-                "run the PS with `tictac ps --backend proxy` meanwhile")
+            raise
+        finally:
+            shutil.rmtree(objects_dir, ignore_errors=True)
+        argv = commands + [link]
         os.replace(tmp, path)  # atomic: a load sees the whole library or none
         seconds = time.monotonic() - start
         info = BuildInfo(path, key, tf_version, version, False, seconds)
         with open(os.path.join(folder, "build.json"), "w") as f:
             json.dump(info.to_json() | {"argv": argv, "tf_build_info": tf_info}, f, indent=1)
         return info
+
+
+def _run_all(commands: Sequence[Sequence[str]], tf_version: str) -> None:
+    """Runs the compiler ``commands`` at once, as many as there are cores; raises
+    NativeBuildError with the first failure's errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run(argv: Sequence[str]) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(list(argv), capture_output=True, text=True)
+        except OSError as e:
+            raise NativeBuildError(f"cannot run {argv[0]!r}: {e}") from None
+    with ThreadPoolExecutor(max(1, min(len(commands), os.cpu_count() or 1))) as pool:
+        done = list(pool.map(run, commands))
+    for proc in done:
+        if proc.returncode != 0:
+            tail = "\n".join(line for line in proc.stderr.splitlines()
+                             if "error" in line or "undefined" in line)[-3000:]
+            raise NativeBuildError(
+                f"building the native TicTac gate against TensorFlow {tf_version or '(none)'} "
+                f"failed ({proc.args[0]}, exit {proc.returncode}):\n"
+                f"{tail or proc.stderr[-3000:]}\n"
+                "This TensorFlow's C++ server API may differ from the tested one (2.21); "
+                "run the PS with `tictac ps --backend proxy` meanwhile")
 
 
 _LOADED: list[Any] = []  # [op module, path] of the one library this process loaded
