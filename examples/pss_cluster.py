@@ -29,6 +29,10 @@ flags.DEFINE_string("cluster_spec", None, "Internal: run only the coordinator, a
                     "this cluster (JSON {job: [addresses]}).")
 flags.DEFINE_integer("link_bytes_per_s", None, "Internal: the shaped link's rate, which "
                      "the parent passes to the coordinator it runs there.")
+flags.DEFINE_integer("gate_workers", None, "Size each PS's gate for this many workers "
+                     "(its record history: 64 records per worker); default: the "
+                     "cluster's, at least 64. A small value makes the history short, as "
+                     "a test of the reading under it does.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 DEAD_TASK_GRACE_S = 10.0  # a coordinator whose cluster task died gets this long to fail
@@ -49,7 +53,8 @@ def run_on_cluster(train: Callable[[dict], None], num_ps: int, num_workers: int)
         else netns.available()
     if FLAGS.network == "shaped" and not shaped:
         raise SystemExit(f"--network=shaped: {why}")
-    kwargs = dict(num_ps=num_ps, num_workers=num_workers, rendezvous=True, chief=True)
+    kwargs = dict(num_ps=num_ps, num_workers=num_workers, rendezvous=True, chief=True,
+                  gate_workers=FLAGS.gate_workers)
     if shaped:
         hosts = netns.cluster_hosts(num_ps, num_workers, chief=True, clients=())
         print(f"[cluster] shaped network: {num_ps} PS and {num_workers} workers, each in its "

@@ -168,7 +168,8 @@ class LocalCluster:
                  network: "ShapedNetwork | None" = None,
                  worker_cpus: Mapping[int, int] | None = None,
                  ps_cpus: Mapping[int, int] | None = None,
-                 workers_load_native: bool = False) -> None:
+                 workers_load_native: bool = False,
+                 gate_workers: int | None = None) -> None:
         if isinstance(rendezvous, bool):
             rendezvous = [rendezvous] * num_ps
         if len(rendezvous) != num_ps:
@@ -214,6 +215,9 @@ class LocalCluster:
         self.skip_after_s = skip_after_s
         self.window_bytes = window_bytes
         self.workers_load_native = workers_load_native
+        # the workers each gate is sized for (its record history and live steps;
+        # `tictac ps --workers`); None: the PS's default (the cluster's, at least 64)
+        self.gate_workers = gate_workers
         self.start_timeout_s = start_timeout_s
         self.env = dict(env or {})
         self._own_log_dir = log_dir is None
@@ -300,6 +304,8 @@ class LocalCluster:
                 args += ["--backend", self.backend]
                 if self.skip_after_s is not None:
                     args += ["--skip-timeout", str(self.skip_after_s)]
+                if self.gate_workers is not None:
+                    args += ["--workers", str(self.gate_workers)]
             if rv and self.backend == "proxy":
                 args += ["--private-port", self.ps_private_addresses[i].rsplit(":", 1)[1]]
                 if self.network is not None:
