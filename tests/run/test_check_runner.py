@@ -319,26 +319,26 @@ def test_blocks_dispatch_block_steps_for_each_worker(gate):
 
 
 def test_a_restarted_ps_gets_the_order_it_should_run_again_in_one_line():
-    """The PS restarted: a new gate at its address, with no order. restarted() installs
+    """The PS restarted: a new gate at its address, with no order. sync() installs
     the order the runner has installed on it alone, and says so once; while the PS
     cannot take it yet, each read tries again (one line, at the first)."""
     h = Harness(Gate(skip_after_s=5.0, window_bytes=0), plan=None)
     with inprocess.serve_in_process(PS, h.gate):
         h.switch()
-    h.runner.restarted([PS])  # nothing answers at PS: it fails, and says so
+    h.runner.sync([PS])  # nothing answers at PS: it fails, and says so
     assert h.runner.out_of_step == {PS} and len(h.lines) == 1, h.lines
     assert "installing the TIC order on it failed" in h.lines[0]
     fresh = Gate(skip_after_s=5.0, window_bytes=0)
     with inprocess.serve_in_process(PS, fresh):
         h.gate = fresh
-        h.runner.restarted([])  # the next read: it answers now
+        h.runner.sync([])  # the next read: it answers now
         assert h.running() == "tic" and h.runner.out_of_step == set()
         assert h.lines[1] == (f"the PS at {PS} was restarted (a new gate): the TIC "
                               "order installed on it again")
         # TensorFlow's order kept (e.g. by the check): nothing to install, one line
         h.runner.want = None
         h.runner._apply()
-        h.runner.restarted([PS])
+        h.runner.sync([PS])
         assert h.running() is None and "runs TensorFlow's order" in h.lines[2]
 
 

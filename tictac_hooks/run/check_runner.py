@@ -464,12 +464,6 @@ class CheckRunner:
             self.out_of_step.clear()
             self._sync_failing = False
 
-    def restarted(self, addresses: Sequence[str]) -> None:
-        """PSes found restarted (a new gate: TensorFlow's order, no records of earlier
-        steps): the order the others run is installed on them again now, within the
-        read that found them (:meth:`sync`)."""
-        self.sync(addresses)
-
     def sync(self, restarted: Sequence[str] = ()) -> None:
         """At every read: brings the PSes that may not run what ``installed`` says to
         it, with one line: the ``restarted`` ones (a new gate runs TensorFlow's order),
