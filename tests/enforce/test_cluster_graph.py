@@ -259,6 +259,11 @@ def test_a_failure_half_way_rolls_back_and_says_which_ps_holds_what(cluster, mon
 
 
 def test_ps_killed_mid_step_gives_the_worker_an_error_and_nothing_hangs(cluster):
+    """The PS process dies mid-step: the client gets TensorFlow's error (after its gRPC
+    retries, about 30 s here), it does not hang."""
+    if cluster.backend == "proxy":
+        pytest.skip("the proxy's rendezvous runs in the PS process (TicTacServer), so "
+                    "killing it is the native run's process death: run once, native")
     g, init, train_op, loss, _, _ = build(0)
     errors = []
 
