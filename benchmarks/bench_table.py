@@ -21,10 +21,29 @@ from tictac_hooks.bench.cpu_guard import CpuUse  # noqa: E402
 from tictac_hooks.records.files import load_json  # noqa: E402
 
 
-def _spread(m: dict) -> str:
-    """p95 / median of the schedule's step times (issue 53's straggler spread)."""
+def _p95_over_median(m: dict) -> float | None:
+    """p95 / median of a schedule's step times (issue 53's straggler spread)."""
     p95, median = m.get("step_time_p95"), m.get("step_time_median")
-    return f"{p95 / median:.2f}" if p95 and median else "-"
+    return p95 / median if p95 and median else None
+
+
+def _spread(m: dict) -> str:
+    ratio = _p95_over_median(m)
+    return f"{ratio:.2f}" if ratio is not None else "-"
+
+
+def _gain(m: dict, base: dict) -> float:
+    """A schedule's throughput over the baseline's in the same run, in per cent."""
+    return 100 * (m["throughput"] / base["throughput"] - 1)
+
+
+def _cpu_figures(cpu_json: dict, workers: int) -> tuple[float, float, list]:
+    """(busiest core's share, the workers' mean CPU share, why the run is CPU-bound:
+    empty if not) of a run's recorded CPU use."""
+    cpu = CpuUse.from_json(cpu_json)
+    tasks = list(range(workers))
+    shares = cpu.worker_shares(tasks)
+    return max(cpu.core_busy), sum(shares) / len(shares), cpu.reasons(tasks)
 
 
 def rows(path: str) -> list[str]:
@@ -39,22 +58,17 @@ def rows(path: str) -> list[str]:
         for name, m in s.items():
             if name == base_name:
                 continue
-            gain = 100 * (m["throughput"] / base["throughput"] - 1)
-            cells.append(f"{name} {gain:+.1f} % ({m['straggler_pct']:.1f} %, "
+            cells.append(f"{name} {_gain(m, base):+.1f} % ({m['straggler_pct']:.1f} %, "
                          f"p95/p50 {_spread(m)})")
         totals = run.get("gate_totals") or {}
         returned = sum(t.get("returned", 0) for t in totals.values())
         levelled = sum(t.get("rejoined", 0) for t in totals.values())
         extra = f"returned {returned}, turn moved {levelled}"
         if run.get("emulated_compute_ms") is not None:
-            cpu = CpuUse.from_json(run["cpu"])
-            workers = list(range(config["workers"]))
-            shares = cpu.worker_shares(workers)
-            why = cpu.reasons(workers)
+            busy, share, why = _cpu_figures(run["cpu"], config["workers"])
             extra += (f"; compute {run['emulated_compute_ms']:.1f} of "
                       f"{config['compute_ms']:g} ms, bytes x {config['byte_scale']:.3g}, "
-                      f"cores {max(cpu.core_busy):.0%} busy, worker CPU "
-                      f"{100 * sum(shares) / len(shares):.0f} %"
+                      f"cores {busy:.0%} busy, worker CPU {100 * share:.0f} %"
                       + ("; CPU-bound" if why else ""))
         out.append(f"| {os.path.basename(path)} | {result['commit'][:7]} | "
                    f"{run['rate'] if 'rate' in run else run['rate_bits']} | "
@@ -129,8 +143,7 @@ def cells(paths: list[str]) -> list[str]:
         config, run = result["config"], result["runs"][0]
         if run.get("emulated_compute_ms") is None:
             continue
-        cpu = CpuUse.from_json(run["cpu"])
-        if cpu.reasons(list(range(config["workers"]))):
+        if _cpu_figures(run["cpu"], config["workers"])[2]:
             continue  # CPU-bound: measures this machine, not the network
         m = re.search(r"-\d+msx(\d+)-(\w+)-run", name)
         given = config["bandwidth"][0]  # the cluster's link; the run's is x the byte scale
@@ -146,19 +159,13 @@ def cells(paths: list[str]) -> list[str]:
         config = groups[key][0][1]["config"]
         s = [run["schedules"] for run in runs]
         base = "none" if "none" in s[0] else "stock"
-        gain = lambda o: ", ".join(f"{100 * (x[o]['throughput'] / x[base]['throughput'] - 1):+.1f}"  # noqa: E731
-                                   for x in s) + " %"
-        spread = lambda o: _range([x[o]["step_time_p95"] / x[o]["step_time_median"]  # noqa: E731
-                                   for x in s], "{:.2f}")
+        gain = lambda o: ", ".join(f"{_gain(x[o], x[base]):+.1f}" for x in s) + " %"  # noqa: E731
+        spread = lambda o: _range([_p95_over_median(x[o]) for x in s], "{:.2f}")  # noqa: E731
         tf = [x[base]["step_time_median"] / stretch for x in s]
-        above.append(max(x["tic"]["step_time_p95"] / x["tic"]["step_time_median"]
-                         - x[base]["step_time_p95"] / x[base]["step_time_median"] for x in s))
-        cores, workers_cpu = [], []
-        for run in runs:
-            cpu = CpuUse.from_json(run["cpu"])
-            shares = cpu.worker_shares(list(range(w)))
-            cores.append(100 * max(cpu.core_busy))
-            workers_cpu.append(100 * sum(shares) / len(shares))
+        above.append(max(_p95_over_median(x["tic"]) - _p95_over_median(x[base]) for x in s))
+        figures = [_cpu_figures(run["cpu"], w) for run in runs]
+        cores = [100 * busy for busy, _, _ in figures]
+        workers_cpu = [100 * share for _, share, _ in figures]
         profile = profiles.at_step(profiles.builtin(model), compute_ms)
         pr = predict(profile, Cluster(w, ps, parse_rate(rate), synchronous=True))
         step = pr.row("default").step_s / stretch

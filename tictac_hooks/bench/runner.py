@@ -331,6 +331,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
                    f"MiB a step, a worker's at most "
                    f"{EMULATED_BYTES_PER_WORKER / 2**20:.0f} MiB)"))
         env = dict(WORKER_ENV)
+        queues = None  # the shaped queues' counters (shaped runs only)
         if shaped:
             netns.cleanup_stale()
             # Profiling (compute time, the trace) runs on links far faster than this
@@ -364,7 +365,7 @@ def run(config: BenchConfig, progress: Callable[[str], None] | None = None,
     return BenchRun.from_json({
         **result, "config": config_record(config, batch).to_json(),
         "network": {"shaped": shaped, "reason": "" if shaped else why,
-                    **({"queues": queues} if shaped and queues is not None else {})},
+                    **({"queues": queues} if queues is not None else {})},
         "machine": {"before": load_before.to_json(), "after": machine_load().to_json()},
         "wall_s": time.time() - started, "commit": commit, "dirty": dirty,
         "command": command_line() if command is None else command})
