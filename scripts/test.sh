@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: sets up .venv/ if needed, then runs the whole suite.
-#   scripts/test.sh            everything (what CI runs; about 22 minutes on 2 cores)
+#   scripts/test.sh            everything (what CI runs; 22-25 minutes on 2 cores)
 #   scripts/test.sh --fast     the unit tests: no cluster, no root, nothing marked slow
 # Other arguments go to pytest (e.g. scripts/test.sh -k tac, scripts/test.sh tests/run).
 set -euo pipefail
